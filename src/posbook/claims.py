@@ -1,0 +1,182 @@
+"""Claims: every quantitative statement a chapter makes is checked where it is made.
+
+A chapter opens a :class:`Claims` ledger, checks each statement with the value its own code computed, and ends
+by displaying the ledger as a "claims checked" table. A claim that does not hold raises :class:`ClaimError`, so
+the notebook stops, nbmake fails, and the book does not build. Each checked value is also glued (myst-nb) under
+the claim's key, so the prose can quote the number the page computed instead of a typed one.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any, Callable
+
+try:  # myst-nb is there when the book is built; on Colab the glue is simply not needed.
+    from myst_nb import glue as _myst_glue
+except ImportError:  # pragma: no cover - exercised only where myst-nb is absent
+    _myst_glue = None
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return False
+    return get_ipython() is not None
+
+
+class ClaimError(AssertionError):
+    """A claim of the book does not hold for the values the page computed."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str
+    statement: str
+    computed: str
+    expected: str
+    source: str | None
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, Real):
+        v = float(value)
+        if v == 0 or (1e-3 <= abs(v) < 1e5):
+            return f"{v:.6g}"
+        return f"{v:.3e}"
+    return str(value)
+
+
+def _as_float(name: str, value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number (or a one-element tensor/array), got {value!r}") from None
+    if math.isnan(out):
+        raise ClaimError(f"{name} is NaN")
+    return out
+
+
+class Claims:
+    """The ledger of one chapter.
+
+    >>> claims = Claims("RoPE from first principles")
+    >>> claims.close("rope.norm", "rotation keeps the norm", 2.0, 2.0, rtol=1e-12)
+    2.0
+    """
+
+    def __init__(self, chapter: str):
+        if not isinstance(chapter, str) or not chapter.strip():
+            raise ValueError(f"chapter must be a non-empty string, got {chapter!r}")
+        self.chapter = chapter
+        self._claims: list[Claim] = []
+
+    # -- the checks --------------------------------------------------------------------------------------------
+    def close(self, key: str, statement: str, value: Any, expected: Any, *, rtol: float = 0.0, atol: float = 0.0,
+              source: str | None = None) -> float:
+        """|value − expected| ≤ atol + rtol·|expected|."""
+        if rtol < 0 or atol < 0:
+            raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
+        v, e = _as_float("value", value), _as_float("expected", expected)
+        tol = atol + rtol * abs(e)
+        ok = abs(v - e) <= tol
+        tol_text = "exact" if tol == 0 else f"± {_fmt(tol)}"
+        return self._record(key, statement, v, f"{_fmt(e)} ({tol_text})", ok, source)
+
+    def at_most(self, key: str, statement: str, value: Any, bound: Any, *, source: str | None = None) -> float:
+        v, b = _as_float("value", value), _as_float("bound", bound)
+        return self._record(key, statement, v, f"≤ {_fmt(b)}", v <= b, source)
+
+    def at_least(self, key: str, statement: str, value: Any, bound: Any, *, source: str | None = None) -> float:
+        v, b = _as_float("value", value), _as_float("bound", bound)
+        return self._record(key, statement, v, f"≥ {_fmt(b)}", v >= b, source)
+
+    def between(self, key: str, statement: str, value: Any, low: Any, high: Any, *,
+                source: str | None = None) -> float:
+        v, lo, hi = _as_float("value", value), _as_float("low", low), _as_float("high", high)
+        if lo > hi:
+            raise ValueError(f"low must be <= high, got low={lo}, high={hi}")
+        return self._record(key, statement, v, f"in [{_fmt(lo)}, {_fmt(hi)}]", lo <= v <= hi, source)
+
+    def holds(self, key: str, statement: str, condition: Any, *, shown: Any = None,
+              source: str | None = None) -> bool:
+        """A yes/no fact (a symbolic identity simplified to zero, a tensor equality, ...)."""
+        if not isinstance(condition, bool):
+            # sympy booleans, numpy/torch bools: demand an unambiguous truth value.
+            try:
+                condition = bool(condition)
+            except TypeError:
+                raise TypeError(f"condition must be a truth value, got {condition!r}") from None
+        shown = condition if shown is None else shown
+        self._record(key, statement, shown, "holds", condition, source)
+        return condition
+
+    # -- bookkeeping -------------------------------------------------------------------------------------------
+    def _record(self, key: str, statement: str, value: Any, expected: str, ok: bool,
+                source: str | None) -> Any:
+        if not isinstance(key, str) or not key or any(c.isspace() for c in key):
+            raise ValueError(f"key must be a non-empty string without spaces, got {key!r}")
+        if any(c.key == key for c in self._claims):
+            raise ValueError(f"key {key!r} is already used in this chapter's claims")
+        if not ok:
+            raise ClaimError(f"[{self.chapter}] claim {key!r} does not hold: {statement} — "
+                             f"computed {_fmt(value)}, expected {expected}")
+        self._claims.append(Claim(key, statement, _fmt(value), expected, source))
+        glue(key, value)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._claims)
+
+    def __iter__(self):
+        return iter(self._claims)
+
+    def table(self) -> "ClaimsTable":
+        """The "claims checked" table; display it as the last output of the chapter."""
+        if not self._claims:
+            raise ValueError("no claims were checked in this chapter")
+        return ClaimsTable(self.chapter, tuple(self._claims))
+
+
+@dataclass(frozen=True)
+class ClaimsTable:
+    chapter: str
+    claims: tuple[Claim, ...]
+
+    def _repr_markdown_(self) -> str:
+        # MyST markdown: the book renders the citations and links them to the bibliography.
+        def cell(text: str) -> str:
+            return text.replace("|", "\\|").replace("\n", " ")
+        rows = ["| # | claim | computed | expected | source | |", "|---|---|---|---|---|---|"]
+        for i, c in enumerate(self.claims, 1):
+            source = f"{{cite:p}}`{c.source}`" if c.source else ""
+            rows.append(f"| {i} | {cell(c.statement)} | `{cell(c.computed)}` | {cell(c.expected)} | {source} | ✓ |")
+        return f"**{len(self.claims)} claims checked, all hold.**\n\n" + "\n".join(rows)
+
+    def _repr_html_(self) -> str:
+        esc: Callable[[str], str] = html.escape
+        body = "".join(
+            f"<tr><td>{i}</td><td>{esc(c.statement)}</td><td><code>{esc(c.computed)}</code></td>"
+            f"<td>{esc(c.expected)}</td><td>{esc(c.source or '')}</td><td>✓</td></tr>"
+            for i, c in enumerate(self.claims, 1))
+        return (f"<p><b>{len(self.claims)} claims checked, all hold.</b></p><table>"
+                "<tr><th>#</th><th>claim</th><th>computed</th><th>expected</th><th>source</th><th></th></tr>"
+                f"{body}</table>")
+
+    def __repr__(self) -> str:
+        return f"ClaimsTable({self.chapter!r}, {len(self.claims)} claims, all hold)"
+
+
+def glue(name: str, value: Any, *, display: bool = False) -> None:
+    """Glue a value for the prose ({glue:text}`name`); a no-op where myst-nb is not installed."""
+    if _myst_glue is not None and _in_kernel():
+        if isinstance(value, Real) and not isinstance(value, (bool, int)):
+            value = float(value)
+        _myst_glue(name, value, display=display)

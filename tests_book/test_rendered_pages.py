@@ -1,0 +1,71 @@
+"""Every built page, as a reader's browser shows it: math typeset, images loaded, no error output, and not one
+request leaving the machine (MathJax and the widget manager are served by the book itself)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+HTML = Path(__file__).resolve().parents[1] / "_build" / "html"
+SKIP = {"genindex.html", "search.html", "py-modindex.html"}
+PAGES = sorted(str(p.relative_to(HTML)) for p in HTML.rglob("*.html")
+               if p.name not in SKIP and "_static" not in p.parts and "_sources" not in p.parts)
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+def test_book_has_pages():
+    assert "index.html" in PAGES or any(p.endswith("intro.html") for p in PAGES), PAGES
+    assert any(p.startswith("notebooks/") for p in PAGES), "no chapter page was built"
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page(page_path, book_url, browser):
+    page = browser.new_page()
+    external, failed, console_errors = [], [], []
+
+    def route(route):
+        host = urlparse(route.request.url).hostname
+        if route.request.url.startswith(("data:", "blob:", "about:")) or host in LOCAL_HOSTS:
+            route.continue_()
+        else:
+            external.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", route)
+    page.on("requestfailed", lambda r: failed.append(f"{r.url} ({r.failure})"))
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: console_errors.append(str(e)))
+    page.goto(f"{book_url}/{page_path}", wait_until="networkidle")
+
+    has_math = page.evaluate("() => document.querySelectorAll('div.math, span.math, .math').length") > 0
+    if has_math:
+        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30000)
+        page.evaluate("() => MathJax.startup.promise")
+        page.wait_for_function("() => document.querySelectorAll('mjx-container').length > 0", timeout=30000)
+        assert page.locator("mjx-merror").count() == 0, f"{page_path}: MathJax could not typeset some math"
+        unrendered = page.evaluate(
+            "() => [...document.querySelectorAll('.math')].filter(e => !e.querySelector('mjx-container')).length")
+        assert unrendered == 0, f"{page_path}: {unrendered} math elements were not typeset"
+
+    broken = page.evaluate(
+        "() => [...document.images].filter(i => i.offsetParent !== null && !(i.complete && i.naturalWidth > 0))"
+        ".map(i => i.src)")
+    assert broken == [], f"{page_path}: images not loaded: {broken}"
+
+    errors = page.evaluate(
+        "() => [...document.querySelectorAll('.cell_output .traceback, .cell_output .stderr, .output.traceback,"
+        " .output.stderr, .output.error')].map(e => e.innerText.slice(0, 200))")
+    assert errors == [], f"{page_path}: error output in cells: {errors}"
+
+    widgets_failed = page.evaluate(
+        "() => [...document.querySelectorAll('script[type=\"application/vnd.jupyter.widget-view+json\"]')]"
+        ".filter(s => !s.previousElementSibling || !s.previousElementSibling.classList.contains('widget-subarea')"
+        " && !(s.parentElement && s.parentElement.querySelector('.widget-subarea, .jupyter-widgets'))).length")
+    assert widgets_failed == 0, f"{page_path}: {widgets_failed} widgets were not rendered"
+
+    assert external == [], f"{page_path}: requests leaving the machine: {external}"
+    assert failed == [], f"{page_path}: failed requests: {failed}"
+    assert console_errors == [], f"{page_path}: browser console errors: {console_errors}"
+    page.close()

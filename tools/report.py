@@ -1,0 +1,74 @@
+"""Close a test run: the per-notebook execution-time table (slowest first), budgets, and one summary line.
+
+Budgets on the 2-core CI machine: an analysis chapter ≤ 45 s, an experiment chapter ≤ 150 s (a notebook says
+which it is in its metadata, ``"posbook": {"kind": "analysis" | "experiment"}``), all notebooks together
+≤ 12 min. A notebook over its budget fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "_build" / "reports"
+BUDGET_S = {"analysis": 45.0, "experiment": 150.0}
+TOTAL_BUDGET_S = 12 * 60.0
+
+
+def notebook_kind(path: Path) -> str:
+    meta = json.loads(path.read_text()).get("metadata", {}).get("posbook", {})
+    kind = meta.get("kind")
+    if kind not in BUDGET_S:
+        raise SystemExit(f"report: {path} must declare metadata.posbook.kind as one of {sorted(BUDGET_S)}, got {kind!r}")
+    return kind
+
+
+def main() -> int:
+    failed = False
+    passed = failures = skipped = 0
+    for xml in sorted(REPORTS.glob("*.xml")):
+        for suite in ET.parse(xml).getroot().iter("testsuite"):
+            n, f, e, s = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+            passed += n - f - e - s
+            failures += f + e
+            skipped += s
+
+    rows = []
+    nb_xml = REPORTS / "notebooks.xml"
+    if nb_xml.exists():
+        for case in ET.parse(nb_xml).getroot().iter("testcase"):
+            name = case.get("file") or case.get("name")
+            source = ROOT / "notebooks" / Path(name).name
+            kind = notebook_kind(source) if source.exists() else "?"
+            seconds = float(case.get("time", 0))
+            ok = case.find("failure") is None and case.find("error") is None
+            rows.append((seconds, source.name, kind, ok))
+    rows.sort(reverse=True)
+
+    print("\nNotebook execution times (slowest first)")
+    print(f"{'notebook':<44} {'kind':<11} {'seconds':>8} {'budget':>7}")
+    for seconds, name, kind, ok in rows:
+        budget = BUDGET_S.get(kind, float("inf"))
+        flag = "" if seconds <= budget else "  OVER BUDGET"
+        if not ok:
+            flag += "  FAILED"
+        failed |= seconds > budget
+        print(f"{name:<44} {kind:<11} {seconds:8.1f} {budget:7.0f}{flag}")
+    total = sum(r[0] for r in rows)
+    over_total = total > TOTAL_BUDGET_S
+    print(f"{'total':<44} {'':<11} {total:8.1f} {TOTAL_BUDGET_S:7.0f}{'  OVER BUDGET' if over_total else ''}")
+    failed |= over_total
+
+    start = ROOT / "_build" / "reports" / "started"
+    if start.exists():
+        print(f"whole test command so far: {time.time() - float(start.read_text()):.0f} s (budget 1500 s)")
+    print(f"\nposbook: {passed} passed, {failures} failed, {skipped} skipped")
+    return 1 if (failed or failures) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

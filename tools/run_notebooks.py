@@ -1,0 +1,78 @@
+"""Execute every chapter once with nbmake, and hand the executed copies to the book's execution cache.
+
+The stored notebooks never change: copies go to _build/executed/, nbmake runs them there (``--overwrite`` writes
+the outputs into the copies), the JUnit report keeps each notebook's execution time for tools/report.py, and the
+executed copies are put in Jupyter Book's cache (_build/.jupyter_cache) under the stored notebook's path. The
+cache matches notebooks by a hash of their code cells, so the book build then finds every chapter executed and
+runs nothing again: one execution per test run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+EXECUTED = ROOT / "_build" / "executed"
+REPORTS = ROOT / "_build" / "reports"
+CACHE = ROOT / "_build" / ".jupyter_cache"
+
+
+def toc_notebooks() -> list[Path]:
+    """The notebooks _toc.yml lists, in book order."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files: list[str] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                files.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(toc)
+    return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").exists()]
+
+
+def main() -> int:
+    notebooks = toc_notebooks()
+    if EXECUTED.exists():
+        shutil.rmtree(EXECUTED)
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    copies = []
+    for nb in notebooks:
+        copy = EXECUTED / nb.relative_to(ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(nb, copy)
+        copies.append(copy)
+    workers = os.environ.get("POSBOOK_NB_WORKERS", "1")
+    cmd = [sys.executable, "-m", "pytest", "--nbmake", "--overwrite", "--nbmake-timeout=900",
+           "-p", "no:cacheprovider", f"--junitxml={REPORTS / 'notebooks.xml'}", "-o", "junit_family=xunit2",
+           "--rootdir", str(EXECUTED), *(["-n", workers] if workers != "1" else []), *map(str, copies)]
+    print("run_notebooks:", len(copies), "notebooks", flush=True)
+    # Each kernel is told it runs under the book build, e.g. to keep progress bars off stderr.
+    env = dict(os.environ, POSBOOK_BUILD="1", MPLBACKEND="module://matplotlib_inline.backend_inline")
+    code = subprocess.call(cmd, cwd=EXECUTED, env=env)
+    if code != 0:
+        return code
+
+    from jupyter_cache import get_cache
+
+    cache = get_cache(CACHE)
+    cache.clear_cache()
+    for nb, copy in zip(notebooks, copies):
+        cache.cache_notebook_file(copy, uri=str(nb), check_validity=False, overwrite=True)
+    print(f"run_notebooks: cached {len(copies)} executed notebooks in {CACHE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
