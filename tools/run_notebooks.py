@@ -1,6 +1,6 @@
 """Execute every chapter once with nbmake, and hand the executed copies to the book's execution cache.
 
-The stored notebooks never change: copies go to _build/executed/, nbmake runs them there (``--overwrite`` writes
+The stored notebooks never change: copies go to .executed/, nbmake runs them there (``--overwrite`` writes
 the outputs into the copies), the JUnit report keeps each notebook's execution time for tools/report.py, and the
 executed copies are put in Jupyter Book's cache (_build/.jupyter_cache) under the stored notebook's path. The
 cache matches notebooks by a hash of their code cells, so the book build then finds every chapter executed and
@@ -18,7 +18,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-EXECUTED = ROOT / "_build" / "executed"
+# Not under _build/: nbmake refuses to collect notebooks below a folder of that name.
+EXECUTED = ROOT / ".executed"
 REPORTS = ROOT / "_build" / "reports"
 CACHE = ROOT / "_build" / ".jupyter_cache"
 
@@ -53,10 +54,12 @@ def main() -> int:
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(nb, copy)
         copies.append(copy)
+    # An empty config of its own, so the repository's pytest settings (testpaths, options) stay out of this run.
+    (EXECUTED / "pytest.ini").write_text("[pytest]\n")
     workers = os.environ.get("POSBOOK_NB_WORKERS", "1")
     cmd = [sys.executable, "-m", "pytest", "--nbmake", "--overwrite", "--nbmake-timeout=900",
            "-p", "no:cacheprovider", f"--junitxml={REPORTS / 'notebooks.xml'}", "-o", "junit_family=xunit2",
-           "--rootdir", str(EXECUTED), *(["-n", workers] if workers != "1" else []), *map(str, copies)]
+           "-c", str(EXECUTED / "pytest.ini"), "--rootdir", str(EXECUTED), *(["-n", workers] if workers != "1" else []), *map(str, copies)]
     print("run_notebooks:", len(copies), "notebooks", flush=True)
     # Each kernel is told it runs under the book build, e.g. to keep progress bars off stderr.
     env = dict(os.environ, POSBOOK_BUILD="1", MPLBACKEND="module://matplotlib_inline.backend_inline")
@@ -64,12 +67,21 @@ def main() -> int:
     if code != 0:
         return code
 
+    import nbformat
     from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
 
     cache = get_cache(CACHE)
     cache.clear_cache()
     for nb, copy in zip(notebooks, copies):
-        cache.cache_notebook_file(copy, uri=str(nb), check_validity=False, overwrite=True)
+        executed = nbformat.read(copy, as_version=4)
+        # The cache keys a notebook by its code cells *including cell metadata*; the kernel added execution
+        # timestamps there, so give each cell back the metadata of the stored notebook.
+        stored = nbformat.read(nb, as_version=4)
+        for cell, original in zip(executed.cells, stored.cells):
+            cell.metadata = original.metadata
+        cache.cache_notebook_bundle(CacheBundleIn(executed, str(nb), data={"execution_seconds": None}),
+                                    check_validity=False, overwrite=True)
     print(f"run_notebooks: cached {len(copies)} executed notebooks in {CACHE.relative_to(ROOT)}")
     return 0
 

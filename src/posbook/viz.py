@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 from typing import Any, Callable, Mapping, Sequence
 
@@ -57,9 +58,24 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Any], sta
     import ipywidgets
     from IPython.display import display
 
-    def redraw(**params: Any) -> None:
-        _, ax = plt.subplots(figsize=(panel_size[0] * 1.5, panel_size[1] * 1.3), constrained_layout=True)
-        draw(ax, **params)
-        plt.show()
+    # The live panel is an Image widget redrawn on every slider change, not an Output widget capturing
+    # plt.show(): output capture depends on message routing between kernel and front end, and under headless
+    # execution that routing occasionally stalls a cell until its timeout.
+    live_size = (panel_size[0] * 1.5, panel_size[1] * 1.3)
 
-    display(ipywidgets.interactive(redraw, **sliders))
+    def render() -> bytes:
+        fig, ax = plt.subplots(figsize=live_size, constrained_layout=True)
+        draw(ax, **{name: control.value for name, control in sliders.items()})
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100)
+        plt.close(fig)
+        return buffer.getvalue()
+
+    image = ipywidgets.Image(value=render(), format="png")
+
+    def redraw(_change: Any) -> None:
+        image.value = render()
+
+    for control in sliders.values():
+        control.observe(redraw, names="value")
+    display(ipywidgets.VBox([*sliders.values(), image]))

@@ -1,0 +1,60 @@
+"""posbook.claims: a claim that does not hold stops the chapter; the table lists what held."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posbook import ClaimError, Claims
+
+
+def test_holding_claims_return_values_and_fill_the_table():
+    c = Claims("test chapter")
+    assert c.close("a", "two is two", torch.tensor(2.0), 2.0, rtol=1e-12) == 2.0
+    assert c.at_most("b", "small", 1e-17, 1e-16) == 1e-17
+    assert c.at_least("c", "large", 10, 3) == 10
+    assert c.between("d", "inside", 0.5, 0, 1) == 0.5
+    assert c.holds("e", "a fact", True) is True
+    table = c.table()
+    md, html = table._repr_markdown_(), table._repr_html_()
+    assert "5 claims checked" in md and "5 claims checked" in html
+    assert md.count("\n| ") == 6        # header + 5 rows
+    c2 = Claims("x")
+    c2.close("k", "cited", 1.0, 1.0, source="su2021roformer")
+    assert "{cite:p}`su2021roformer`" in c2.table()._repr_markdown_()
+
+
+@pytest.mark.parametrize("check", [
+    lambda c: c.close("k", "off", 1.1, 1.0, atol=0.05),
+    lambda c: c.close("k", "exact", 1.0 + 1e-15, 1.0),
+    lambda c: c.at_most("k", "too big", 2, 1),
+    lambda c: c.at_least("k", "too small", 0.5, 1),
+    lambda c: c.between("k", "outside", 2, 0, 1),
+    lambda c: c.holds("k", "false", False),
+    lambda c: c.close("k", "nan", float("nan"), 1.0, atol=1),
+])
+def test_failing_claims_raise(check):
+    with pytest.raises(ClaimError):
+        check(Claims("test"))
+
+
+def test_failing_claim_names_chapter_key_and_values():
+    with pytest.raises(ClaimError, match=r"\[ch\] claim 'x.y' does not hold: .* computed 3, expected ≤ 2"):
+        Claims("ch").at_most("x.y", "three is small", 3, 2)
+
+
+def test_bookkeeping_errors():
+    c = Claims("t")
+    c.holds("k", "once", True)
+    with pytest.raises(ValueError, match="already used"):
+        c.holds("k", "twice", True)
+    with pytest.raises(ValueError, match="key"):
+        c.holds("has space", "bad key", True)
+    with pytest.raises(ValueError, match="rtol and atol"):
+        c.close("n", "negative tolerance", 1, 1, atol=-1)
+    with pytest.raises(ValueError, match="chapter"):
+        Claims("")
+    with pytest.raises(ValueError, match="no claims"):
+        Claims("empty").table()
+    with pytest.raises(TypeError, match="value"):
+        c.at_most("s", "a string", "abc", 1)

@@ -1,0 +1,75 @@
+"""The stored chapters: without outputs, listed in _toc.yml, runnable on Colab from the one declared URL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+
+
+def toc_files():
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                found.append(node["file"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(yaml.safe_load((ROOT / "_toc.yml").read_text()))
+    return found
+
+
+def test_there_are_chapters():
+    assert NOTEBOOKS, "notebooks/ holds no chapter"
+
+
+def test_toc_and_notebooks_folder_agree():
+    in_toc = {f for f in toc_files() if f.startswith("notebooks/")}
+    on_disk = {f"notebooks/{p.stem}" for p in NOTEBOOKS}
+    assert in_toc == on_disk
+    for f in toc_files():
+        assert (ROOT / f"{f}.md").exists() or (ROOT / f"{f}.ipynb").exists(), f"_toc.yml lists missing {f}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_without_outputs(path):
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [], f"{path.name} cell {i} has stored outputs"
+            assert cell.get("execution_count") is None, f"{path.name} cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_first_cell_installs_from_declared_repository(path):
+    url = CONFIG["repository"]["url"]
+    nb = json.loads(path.read_text())
+    first_code = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    src = "".join(first_code["source"])
+    assert "import posbook" in src and "except ImportError" in src
+    assert f"git+{url}" in src, f"{path.name} installs from somewhere other than {url}"
+    assert src.count("git+") == 1
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_declares_kind_and_ends_with_claims_table(path):
+    nb = json.loads(path.read_text())
+    assert nb["metadata"].get("posbook", {}).get("kind") in {"analysis", "experiment"}
+    last_code = [c for c in nb["cells"] if c["cell_type"] == "code"][-1]
+    assert "".join(last_code["source"]).strip().endswith(".table()")
+
+
+def test_launch_buttons_point_to_colab():
+    assert CONFIG["launch_buttons"]["colab_url"].startswith("https://colab.research.google.com")
+    assert CONFIG["repository"]["url"].startswith("https://github.com/")

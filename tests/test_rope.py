@@ -1,0 +1,138 @@
+"""posbook.rope: relative invariance, norms, layouts, partial RoPE, dtypes, Hugging Face parity, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import posbook as pb
+
+F64 = torch.float64
+
+
+def rotate(x, positions, inv_freq, layout="half", dtype=F64):
+    cos, sin = pb.rope_cos_sin(torch.as_tensor(positions), inv_freq, layout=layout, dtype=dtype)
+    return pb.apply_rope(x, cos, sin, layout=layout)
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(0, 5000), shift=st.integers(0, 5000), delta=st.integers(-64, 64),
+       half_dim=st.integers(1, 32), layout=st.sampled_from(pb.LAYOUTS), seed=st.integers(0, 2**16))
+def test_score_depends_only_on_relative_position(m, shift, delta, half_dim, layout, seed):
+    g = torch.Generator().manual_seed(seed)
+    d = 2 * half_dim
+    q, k = torch.randn(1, d, generator=g, dtype=F64), torch.randn(1, d, generator=g, dtype=F64)
+    inv_freq = pb.default_inv_freq(d, 10_000.0, dtype=F64)
+    n = m + delta
+    if n < 0:
+        n, m = 0, -delta
+    s1 = (rotate(q, [m], inv_freq, layout) * rotate(k, [n], inv_freq, layout)).sum()
+    s2 = (rotate(q, [m + shift], inv_freq, layout) * rotate(k, [n + shift], inv_freq, layout)).sum()
+    scale = (q.abs().sum() * k.abs().sum()).item()
+    # angle rounding grows with the absolute position (see the pilot chapter): allow 64 ulps of the largest angle.
+    tol = 64 * math.ulp(float(max(m, n) + shift + 1)) * scale + 1e-13 * scale
+    assert abs(s1 - s2).item() <= tol
+
+
+@settings(max_examples=40, deadline=None)
+@given(d_half=st.integers(1, 40), rot_half=st.integers(1, 40), layout=st.sampled_from(pb.LAYOUTS),
+       seed=st.integers(0, 2**16))
+def test_norm_preserved_and_tail_untouched(d_half, rot_half, layout, seed):
+    rot_half = min(rot_half, d_half)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, 7, 2 * d_half, generator=g, dtype=F64)
+    inv_freq = pb.default_inv_freq(2 * rot_half, 500.0, dtype=F64)
+    y = rotate(x, torch.arange(7) * 13, inv_freq, layout)
+    torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1), rtol=1e-13, atol=0)
+    assert torch.equal(y[..., 2 * rot_half:], x[..., 2 * rot_half:])
+
+
+def test_position_zero_is_identity():
+    x = torch.randn(2, 1, 16, dtype=F64)
+    for layout in pb.LAYOUTS:
+        assert torch.equal(rotate(x, [0], pb.default_inv_freq(16, dtype=F64), layout), x)
+
+
+def test_interleaved_matches_explicit_block_diagonal_matrix():
+    d, pos = 10, 37
+    inv_freq = pb.default_inv_freq(d, 100.0, dtype=F64)
+    blocks = [torch.tensor([[math.cos(pos * t), -math.sin(pos * t)], [math.sin(pos * t), math.cos(pos * t)]],
+                           dtype=F64) for t in inv_freq.tolist()]
+    x = torch.randn(1, d, dtype=F64)
+    torch.testing.assert_close(rotate(x, [pos], inv_freq, "interleaved")[0], torch.block_diag(*blocks) @ x[0],
+                               rtol=0, atol=1e-14)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n_heads=st.integers(1, 4), half_dim=st.integers(1, 12), rot_frac=st.sampled_from([0.25, 0.5, 1.0]),
+       seed=st.integers(0, 2**16))
+def test_layout_permutation_roundtrip_and_equivalence(n_heads, half_dim, rot_frac, seed):
+    g = torch.Generator().manual_seed(seed)
+    head_dim = 2 * half_dim
+    rotary_dim = max(2, 2 * int(half_dim * rot_frac))
+    w = torch.randn(n_heads * head_dim, 5, generator=g, dtype=F64)
+    kw = dict(dim=0, head_dim=head_dim, rotary_dim=rotary_dim)
+    assert torch.equal(pb.half_to_interleaved(pb.interleaved_to_half(w, **kw), **kw), w)
+    assert torch.equal(pb.interleaved_to_half(pb.half_to_interleaved(w, **kw), **kw), w)
+    # per head: RoPE_half(P x) == P RoPE_interleaved(x)
+    x = torch.randn(n_heads, 6, head_dim, generator=g, dtype=F64)
+    inv_freq = pb.default_inv_freq(rotary_dim, 1000.0, dtype=F64)
+    lhs = rotate(pb.interleaved_to_half(x, rotary_dim=rotary_dim), torch.arange(6) * 5, inv_freq, "half")
+    rhs = pb.interleaved_to_half(rotate(x, torch.arange(6) * 5, inv_freq, "interleaved"), rotary_dim=rotary_dim)
+    assert torch.equal(lhs, rhs)
+
+
+def test_interleaved_to_half_small_example():
+    assert pb.interleaved_to_half(torch.arange(8)).tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    assert pb.interleaved_to_half(torch.arange(8), rotary_dim=4).tolist() == [0, 2, 1, 3, 4, 5, 6, 7]
+    assert pb.interleaved_to_half(torch.arange(8), head_dim=4).tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
+
+
+def test_matches_hugging_face_apply_rotary_pos_emb():
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 4, 33, 64), torch.randn(2, 4, 33, 64)
+    cos, sin = pb.rope_cos_sin(torch.arange(33), pb.default_inv_freq(64, 500_000.0))
+    q_hf, k_hf = apply_rotary_pos_emb(q, k, cos[None], sin[None])
+    torch.testing.assert_close(pb.apply_rope(q, cos, sin), q_hf, rtol=0, atol=1e-6)
+    torch.testing.assert_close(pb.apply_rope(k, cos, sin), k_hf, rtol=0, atol=1e-6)
+
+
+def test_attention_factor_scales_cos_and_sin():
+    inv_freq = pb.default_inv_freq(8)
+    c1, s1 = pb.rope_cos_sin(torch.arange(4), inv_freq)
+    c2, s2 = pb.rope_cos_sin(torch.arange(4), inv_freq, attention_factor=1.5)
+    torch.testing.assert_close(c2, 1.5 * c1)
+    torch.testing.assert_close(s2, 1.5 * s1)
+
+
+def test_angles_stay_float32_under_autocast():
+    positions, inv_freq = torch.arange(5000), pb.default_inv_freq(64)
+    plain = pb.rope_cos_sin(positions, inv_freq)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under = pb.rope_cos_sin(positions, inv_freq)
+    assert under[0].dtype == torch.float32
+    assert torch.equal(under[0], plain[0]) and torch.equal(under[1], plain[1])
+
+
+def test_bfloat16_angles_merge_neighbouring_positions():
+    cos, sin = pb.rope_cos_sin(torch.arange(1024), pb.default_inv_freq(32), dtype=torch.bfloat16)
+    distinct = torch.unique(torch.cat((cos, sin), -1).float(), dim=0).shape[0]
+    assert distinct == 257 + 128 + 128       # exact up to 256, then every 2nd, then every 4th position
+
+
+def test_result_has_input_dtype():
+    cos, sin = pb.rope_cos_sin(torch.arange(3), pb.default_inv_freq(8))
+    y = pb.apply_rope(torch.randn(3, 8, dtype=torch.bfloat16), cos, sin)
+    assert y.dtype == torch.bfloat16
+
+
+def test_gradients_flow():
+    x = torch.randn(2, 5, 8, dtype=F64, requires_grad=True)
+    cos, sin = pb.rope_cos_sin(torch.arange(5), pb.default_inv_freq(8, dtype=F64), dtype=F64)
+    assert torch.autograd.gradcheck(lambda t: pb.apply_rope(t, cos, sin), (x,))
