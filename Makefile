@@ -12,7 +12,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.posbook-installed
-VENDOR_STAMP := _build/vendor/.stamp
+VENDOR_STAMP := _build/vendored-js/.stamp
 JB_FLAGS := --warningiserror --nitpick --keep-going --builder html
 
 .PHONY: help book test unit execute build-book browser check-pages clean
@@ -36,7 +36,9 @@ $(VENDOR_STAMP): vendor/package.json vendor/package-lock.json tools/vendor_js.py
 execute: $(STAMP)
 	$(PY) tools/run_notebooks.py
 
+# A full build every time: an incremental Sphinx build would not repeat the warnings of unchanged pages.
 build-book: $(STAMP) $(VENDOR_STAMP)
+	rm -rf _build/html _build/jupyter_execute _build/.doctrees
 	$(VENV)/bin/jupyter-book build . $(JB_FLAGS)
 
 book: execute

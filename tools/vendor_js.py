@@ -1,6 +1,6 @@
-"""Copy the JavaScript the book serves itself from the pinned npm packages in vendor/ to _build/vendor/vendor/.
+"""Copy the JavaScript the book serves itself from the pinned npm packages in vendor/ to _build/vendored-js/js/.
 
-_config.yml lists _build/vendor in html_static_path, so these files end up under _static/vendor/ of the built
+_config.yml lists _build/vendored-js in html_static_path, so these files end up under _static/js/ of the built
 book, and mathjax_path / nb_ipywidgets_js point there. They are kept out of the book's own _static/ folder on
 purpose: Jupyter Book adds a <script> tag for every .js file it finds there, and MathJax alone ships hundreds.
 """
@@ -13,12 +13,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ROOT / "vendor" / "node_modules"
-TARGET = ROOT / "_build" / "vendor" / "vendor"
+TARGET = ROOT / "_build" / "vendored-js" / "js"
+EXTRA = ROOT / "_build" / "vendored-extra"
 
 COPIES = {
     MODULES / "mathjax" / "es5": TARGET / "mathjax",
     MODULES / "requirejs" / "require.js": TARGET / "require.min.js",
-    MODULES / "@jupyter-widgets" / "html-manager" / "dist": TARGET / "html-manager",
+    # Kept at its npm path: the widget manager fetches its fonts from <data-jupyter-widgets-cdn>/@jupyter-widgets/
+    # html-manager/dist/, and _config.yml points that attribute here.
+    MODULES / "@jupyter-widgets" / "html-manager" / "dist": TARGET / "@jupyter-widgets" / "html-manager" / "dist",
 }
 
 
@@ -36,6 +39,15 @@ def main() -> int:
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns("sre", "*.map"))
         else:
             shutil.copy2(src, dst)
+    # The widget manager's stylesheet asks for its icon fonts relative to the page, and every page with widgets is
+    # a chapter in notebooks/: html_extra_path copies this tree to the root of the built book.
+    fonts = EXTRA / "notebooks" / "@jupyter-widgets" / "html-manager" / "dist"
+    if EXTRA.exists():
+        shutil.rmtree(EXTRA)
+    fonts.mkdir(parents=True)
+    for font in (MODULES / "@jupyter-widgets" / "html-manager" / "dist").iterdir():
+        if font.suffix in {".woff", ".woff2", ".ttf", ".eot", ".svg"}:
+            shutil.copy2(font, fonts / font.name)
     print(f"vendor_js: {sum(1 for _ in TARGET.rglob('*') if _.is_file())} files in {TARGET.relative_to(ROOT)}")
     return 0
 

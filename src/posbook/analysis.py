@@ -8,12 +8,12 @@ from . import _checks
 
 
 def rope_decay_bound(distances: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """RoFormer's long-term decay quantity (Su et al., Eq. 35–37): (2/d) Σ_{j=1}^{d/2} |S_j(r)|.
+    r"""RoFormer's long-term decay quantity (Su et al., Eq. 35–37): :math:`\frac{2}{d}\sum_{j=1}^{d/2} |S_j(r)|`.
 
-    S_j(r) = Σ_{k<j} exp(i·r·θ_k) are the partial sums of the rotating phasors at relative distance r. By Abel
-    summation, for any plane weights h_i (h_{d/2} = 0),
-    |Σ_i h_i exp(i·r·θ_i)| ≤ max_i |h_{i+1} − h_i| · Σ_j |S_j(r)|, so this mean is a bound per unit of
-    max |h_{i+1} − h_i|. It is computed in float64. Chapter "RoPE from first principles" plots it.
+    :math:`S_j(r) = \sum_{k<j} e^{i r \theta_k}` are the partial sums of the rotating phasors at relative distance
+    r. By Abel summation, for any plane weights :math:`h_i` (with :math:`h_{d/2} = 0`),
+    :math:`|\sum_i h_i e^{i r \theta_i}| \le \max_i |h_{i+1} - h_i| \sum_j |S_j(r)|`, so this mean is a bound per
+    unit of :math:`\max_i |h_{i+1} - h_i|`. Computed in float64. Chapter "RoPE from first principles" plots it.
 
     Args:
         distances: 1-D tensor of relative distances r.

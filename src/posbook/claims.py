@@ -81,7 +81,7 @@ class Claims:
     # -- the checks --------------------------------------------------------------------------------------------
     def close(self, key: str, statement: str, value: Any, expected: Any, *, rtol: float = 0.0, atol: float = 0.0,
               source: str | None = None) -> float:
-        """|value − expected| ≤ atol + rtol·|expected|."""
+        """Holds when ``abs(value - expected) <= atol + rtol * abs(expected)``."""
         if rtol < 0 or atol < 0:
             raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
         v, e = _as_float("value", value), _as_float("expected", expected)
