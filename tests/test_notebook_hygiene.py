@@ -5,29 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import sys
+
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from run_notebooks import toc_files  # noqa: E402  (the one reader of _toc.yml)
+
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-
-
-def toc_files():
-    found = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                found.append(node["file"])
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(yaml.safe_load((ROOT / "_toc.yml").read_text()))
-    return found
 
 
 def test_there_are_chapters():

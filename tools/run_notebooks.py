@@ -24,9 +24,8 @@ REPORTS = ROOT / "_build" / "reports"
 CACHE = ROOT / "_build" / ".jupyter_cache"
 
 
-def toc_notebooks() -> list[Path]:
-    """The notebooks _toc.yml lists, in book order."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+def toc_files() -> list[str]:
+    """Every `file:` entry of _toc.yml, in book order (without suffix)."""
     files: list[str] = []
 
     def walk(node):
@@ -39,8 +38,13 @@ def toc_notebooks() -> list[Path]:
             for item in node:
                 walk(item)
 
-    walk(toc)
-    return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").exists()]
+    walk(yaml.safe_load((ROOT / "_toc.yml").read_text()))
+    return files
+
+
+def toc_notebooks() -> list[Path]:
+    """The notebooks _toc.yml lists, in book order."""
+    return [ROOT / f"{f}.ipynb" for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
 
 
 def main() -> int:
