@@ -13,7 +13,6 @@ def test_default_inv_freq_formula_and_hf_default():
     assert inv[0].item() == 1.0
     assert math.isclose(inv[-1].item(), 10_000.0 ** (-126 / 128), rel_tol=1e-15)
     from transformers import LlamaConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: F401  (import checks availability)
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     cfg = LlamaConfig(hidden_size=256, num_attention_heads=2, rope_theta=500_000.0)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st

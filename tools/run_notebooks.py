@@ -4,7 +4,7 @@ The stored notebooks never change: copies go to .executed/, nbmake runs them the
 the outputs into the copies), the JUnit report keeps each notebook's execution time for tools/report.py, and the
 executed copies are put in Jupyter Book's cache (_build/.jupyter_cache) under the stored notebook's path. The
 cache matches notebooks by a hash of their code cells, so the book build then finds every chapter executed and
-runs nothing again: one execution per test run.
+runs nothing again: one execution per test run. POSBOOK_NB_WORKERS=N runs N notebooks at once (pytest-xdist).
 """
 
 from __future__ import annotations
@@ -65,9 +65,7 @@ def main() -> int:
            "-p", "no:cacheprovider", f"--junitxml={REPORTS / 'notebooks.xml'}", "-o", "junit_family=xunit2",
            "-c", str(EXECUTED / "pytest.ini"), "--rootdir", str(EXECUTED), *(["-n", workers] if workers != "1" else []), *map(str, copies)]
     print("run_notebooks:", len(copies), "notebooks", flush=True)
-    # Each kernel is told it runs under the book build, e.g. to keep progress bars off stderr.
-    env = dict(os.environ, POSBOOK_BUILD="1", MPLBACKEND="module://matplotlib_inline.backend_inline")
-    code = subprocess.call(cmd, cwd=EXECUTED, env=env)
+    code = subprocess.call(cmd, cwd=EXECUTED)
     if code != 0:
         return code
 

@@ -12,7 +12,7 @@ import html
 import math
 from dataclasses import dataclass
 from numbers import Real
-from typing import Any, Callable
+from typing import Any
 
 try:  # myst-nb is there when the book is built; on Colab the glue is simply not needed.
     from myst_nb import glue as _myst_glue
@@ -161,7 +161,7 @@ class ClaimsTable:
         return f"**{len(self.claims)} claims checked, all hold.**\n\n" + "\n".join(rows)
 
     def _repr_html_(self) -> str:
-        esc: Callable[[str], str] = html.escape
+        esc = html.escape
         body = "".join(
             f"<tr><td>{i}</td><td>{esc(c.statement)}</td><td><code>{esc(c.computed)}</code></td>"
             f"<td>{esc(c.expected)}</td><td>{esc(c.source or '')}</td><td>✓</td></tr>"
