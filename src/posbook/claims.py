@@ -54,14 +54,22 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _as_float(name: str, value: Any) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number (or a one-element tensor/array), got {value!r}") from None
-    if math.isnan(out):
+def _as_number(name: str, value: Any) -> int | float:
+    """A Python number from a number, a 0-d/one-element tensor or array; counts stay ints (glued as "897", not
+    "897.0")."""
+    if hasattr(value, "item") and not isinstance(value, (int, float)):
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{name} must hold a single number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be a real number (or a one-element tensor/array), got {value!r}") from None
+    if isinstance(value, float) and math.isnan(value):
         raise ClaimError(f"{name} is NaN")
-    return out
+    return value
 
 
 class Claims:
@@ -80,27 +88,27 @@ class Claims:
 
     # -- the checks --------------------------------------------------------------------------------------------
     def close(self, key: str, statement: str, value: Any, expected: Any, *, rtol: float = 0.0, atol: float = 0.0,
-              source: str | None = None) -> float:
+              source: str | None = None) -> int | float:
         """Holds when ``abs(value - expected) <= atol + rtol * abs(expected)``."""
         if rtol < 0 or atol < 0:
             raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
-        v, e = _as_float("value", value), _as_float("expected", expected)
+        v, e = _as_number("value", value), _as_number("expected", expected)
         tol = atol + rtol * abs(e)
         ok = abs(v - e) <= tol
         tol_text = "exact" if tol == 0 else f"± {_fmt(tol)}"
         return self._record(key, statement, v, f"{_fmt(e)} ({tol_text})", ok, source)
 
-    def at_most(self, key: str, statement: str, value: Any, bound: Any, *, source: str | None = None) -> float:
-        v, b = _as_float("value", value), _as_float("bound", bound)
+    def at_most(self, key: str, statement: str, value: Any, bound: Any, *, source: str | None = None) -> int | float:
+        v, b = _as_number("value", value), _as_number("bound", bound)
         return self._record(key, statement, v, f"≤ {_fmt(b)}", v <= b, source)
 
-    def at_least(self, key: str, statement: str, value: Any, bound: Any, *, source: str | None = None) -> float:
-        v, b = _as_float("value", value), _as_float("bound", bound)
+    def at_least(self, key: str, statement: str, value: Any, bound: Any, *, source: str | None = None) -> int | float:
+        v, b = _as_number("value", value), _as_number("bound", bound)
         return self._record(key, statement, v, f"≥ {_fmt(b)}", v >= b, source)
 
     def between(self, key: str, statement: str, value: Any, low: Any, high: Any, *,
-                source: str | None = None) -> float:
-        v, lo, hi = _as_float("value", value), _as_float("low", low), _as_float("high", high)
+                source: str | None = None) -> int | float:
+        v, lo, hi = _as_number("value", value), _as_number("low", low), _as_number("high", high)
         if lo > hi:
             raise ValueError(f"low must be <= high, got low={lo}, high={hi}")
         return self._record(key, statement, v, f"in [{_fmt(lo)}, {_fmt(hi)}]", lo <= v <= hi, source)
