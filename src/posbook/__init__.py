@@ -1,28 +1,38 @@
 """posbook — position and numerics in transformer attention, the library behind the book's chapters.
 
 Each mechanism lives in one module, in the order data flows through an attention layer:
-:mod:`posbook.scaling` (rotary frequencies) → :mod:`posbook.rope` (rotation of q and k) → ...
-:mod:`posbook.claims` checks the numbers the chapters state.
+:mod:`posbook.scaling` (rotary frequencies and context extension) → :mod:`posbook.norms` (QK-Norm) →
+:mod:`posbook.rope` (rotation of q and k) → :mod:`posbook.bias` (ALiBi, T5) and :mod:`posbook.masks` →
+:mod:`posbook.attention` (scores, normalisers, gates) → :mod:`posbook.diff_attention`;
+:mod:`posbook.stability` (entropy, softcap, QK-Clip) and :mod:`posbook.kvcache` (cache arithmetic) look at the
+whole layer. :mod:`posbook.claims` checks the numbers the chapters state.
 """
 
 from .analysis import rope_decay_bound
+from .attention import IMPLS, NORMALISERS, attention, llama4_attention_scale, swan_log_scale
+from .bias import T5RelativeBias, alibi_bias, alibi_slopes, relative_positions, t5_relative_buckets
 from .claims import ClaimError, Claims, glue
 from .device import default_device
+from .diff_attention import DiffAttention, lambda_init
+from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, kv_cache_bytes, kv_cache_bytes_per_token,
+                      kv_values_per_layer, layer_kinds, model_config, models)
+from .masks import MASK_KINDS, attention_mask, block_mask, mask_mod
+from .norms import QKNorm, RMSNorm, rms_norm
 from .rope import LAYOUTS, apply_rope, half_to_interleaved, interleaved_to_half, rope_cos_sin
-from .scaling import default_inv_freq
+from .scaling import (ROPE_TYPES, RopeSpec, default_inv_freq, rope_parameters, rope_spec, yarn_get_mscale,
+                      yarn_ramp_bounds)
+from .stability import (attention_entropy, entropy_lower_bound, extremal_logits, qk_clip_, qk_clip_factors,
+                        qk_clip_mla_, softcap)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "LAYOUTS",
-    "ClaimError",
-    "Claims",
-    "apply_rope",
-    "default_device",
-    "default_inv_freq",
-    "glue",
-    "half_to_interleaved",
-    "interleaved_to_half",
-    "rope_cos_sin",
-    "rope_decay_bound",
+    "IMPLS", "KV_LAYER_TYPES", "LAYOUTS", "MASK_KINDS", "NORMALISERS", "ROPE_TYPES", "STATE_LAYER_TYPES",
+    "ClaimError", "Claims", "DiffAttention", "QKNorm", "RMSNorm", "RopeSpec", "T5RelativeBias",
+    "alibi_bias", "alibi_slopes", "apply_rope", "attention", "attention_entropy", "attention_mask", "block_mask",
+    "default_device", "default_inv_freq", "entropy_lower_bound", "extremal_logits", "glue", "half_to_interleaved",
+    "interleaved_to_half", "kv_cache_bytes", "kv_cache_bytes_per_token", "kv_values_per_layer", "lambda_init",
+    "layer_kinds", "llama4_attention_scale", "mask_mod", "model_config", "models", "qk_clip_", "qk_clip_factors",
+    "qk_clip_mla_", "relative_positions", "rms_norm", "rope_cos_sin", "rope_decay_bound", "rope_parameters",
+    "rope_spec", "softcap", "swan_log_scale", "t5_relative_buckets", "yarn_get_mscale", "yarn_ramp_bounds",
 ]

@@ -1,14 +1,45 @@
-"""Rotary frequencies: the inverse frequencies θ_i that RoPE turns each plane by.
+"""Rotary frequencies: the inverse frequencies θ_i that RoPE turns each plane by, and their context-extension
+rescalings.
 
-Chapter "RoPE from first principles" derives the default spectrum; the context-extension chapter adds the
-rescaled spectra (PI, NTK, YaRN, llama3, ...) behind the same signature.
+:func:`rope_parameters` has Hugging Face's signature ``(config, seq_len) -> (inv_freq, attention_factor)`` and
+accepts the same config dicts, in the legacy form (top-level ``rope_theta`` + ``rope_scaling``) or the
+transformers-v5 form (``rope_parameters`` with ``rope_theta`` inside). The test suite holds every type that
+transformers implements equal to ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS``.
+
+Two teaching types have no Hugging Face counterpart: ``"ntk"`` (the fixed NTK-aware base change) and
+``"ntk_by_parts"`` (YaRN's per-plane ramp without YaRN's attention scaling). Chapter "Context extension" shows
+each spectrum next to the others.
+
+Precision: every spectrum is computed in float64 and rounded once to the requested dtype. Hugging Face raises the
+base to float32 exponents, so the two agree to a few float32 ulps, not bit for bit.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
 import torch
 
 from . import _checks
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "proportional", "ntk", "ntk_by_parts")
+"""Every ``rope_type`` that :func:`rope_parameters` knows."""
+
+# Keys each type reads from the rope dict, beyond rope_type/type, rope_theta and partial_rotary_factor.
+# Anything else in the dict is an error: a misspelt key (``"factors"``) would otherwise be ignored silently.
+_TYPE_KEYS: dict[str, frozenset[str]] = {
+    "default": frozenset(),
+    "linear": frozenset({"factor"}),
+    "dynamic": frozenset({"factor"}),
+    "ntk": frozenset({"factor"}),
+    "yarn": frozenset({"factor", "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                       "truncate", "original_max_position_embeddings"}),
+    "ntk_by_parts": frozenset({"factor", "beta_fast", "beta_slow", "truncate", "original_max_position_embeddings"}),
+    "llama3": frozenset({"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}),
+    "proportional": frozenset({"factor"}),
+}
 
 
 def default_inv_freq(rotary_dim: int, rope_theta: float = 10000.0, *,
@@ -21,9 +52,332 @@ def default_inv_freq(rotary_dim: int, rope_theta: float = 10000.0, *,
     _checks.number("rotary_dim", rotary_dim, integer=True, positive=True)
     if rotary_dim % 2:
         raise ValueError(f"rotary_dim must be even (RoPE turns pairs of dimensions), got {rotary_dim}")
-    _checks.number("rope_theta", rope_theta, positive=True)
-    if rope_theta <= 1:
-        raise ValueError(f"rope_theta must be > 1 so that frequencies decrease with the plane index, got {rope_theta!r}")
+    _check_theta(rope_theta, "rope_theta")
     _checks.dtype("dtype", dtype)
-    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
-    return (float(rope_theta) ** -exponents).to(dtype)
+    return _spectrum(rotary_dim, float(rope_theta)).to(dtype)
+
+
+def _check_theta(value: Any, name: str) -> float:
+    _checks.number(name, value, positive=True)
+    if value <= 1:
+        raise ValueError(f"{name} must be > 1 so that frequencies decrease with the plane index, got {value!r}")
+    return float(value)
+
+
+def _spectrum(rotary_dim: int, base: float, n_planes: int | None = None) -> torch.Tensor:
+    """float64 θ_i = base^(−2i/rotary_dim) for the first ``n_planes`` planes (all rotary_dim/2 by default)."""
+    n = rotary_dim // 2 if n_planes is None else n_planes
+    return base ** -(torch.arange(n, dtype=torch.float64) * 2 / rotary_dim)
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """A rope config dict, read and checked once: what every rope type's frequency rule needs.
+
+    ``params`` holds the type-specific keys (``factor``, ``beta_fast``, ...) exactly as given; the other fields
+    resolve where Hugging Face looks for them (head_dim from hidden_size/num_attention_heads, the
+    partial_rotary_factor inside the rope dict before the top-level one, ...).
+    """
+
+    rope_type: str
+    rope_theta: float
+    head_dim: int
+    partial_rotary_factor: float
+    rotary_dim: int
+    max_position_embeddings: int | None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+def rope_spec(config: Mapping[str, Any]) -> RopeSpec:
+    """Read a Hugging Face-style config dict into a :class:`RopeSpec`, rejecting anything ambiguous or unknown.
+
+    Accepted forms::
+
+        {"rope_theta": 5e5, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, ...}, "head_dim": 128, ...}
+        {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}, "hidden_size": 4096,
+         "num_attention_heads": 32, "max_position_embeddings": 32768}
+
+    ``rope_scaling: None`` (or no rope dict at all) means the default spectrum. The legacy key ``type`` is read as
+    ``rope_type``.
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    has_v5, has_legacy = "rope_parameters" in config, "rope_scaling" in config
+    if has_v5 and has_legacy and config["rope_scaling"] is not None:
+        raise ValueError("config must give rope_parameters (transformers v5) or rope_scaling (legacy), not both; "
+                         f"got rope_parameters={config['rope_parameters']!r}, rope_scaling={config['rope_scaling']!r}")
+    rope = config.get("rope_parameters") if has_v5 else config.get("rope_scaling")
+    rope = {} if rope is None else rope
+    if not isinstance(rope, Mapping):
+        key = "rope_parameters" if has_v5 else "rope_scaling"
+        raise TypeError(f"config[{key!r}] must be a dict or None, got {type(rope).__name__} {rope!r}")
+    if any(isinstance(v, Mapping) for v in rope.values()):
+        raise ValueError("config holds one rope dict per layer type; pass the dict of one layer type, e.g. "
+                         "{**config, 'rope_parameters': config['rope_parameters']['full_attention']}")
+
+    rope_type = _rope_type(rope)
+    theta_inside, theta_outside = rope.get("rope_theta"), config.get("rope_theta")
+    if theta_inside is not None and theta_outside is not None and theta_inside != theta_outside:
+        raise ValueError(f"rope_theta is given twice with different values: {theta_inside!r} inside the rope dict "
+                         f"and {theta_outside!r} at the top level of config")
+    rope_theta = theta_inside if theta_inside is not None else theta_outside
+    if rope_theta is None:
+        raise ValueError("config must give rope_theta (at the top level, or inside rope_parameters), got neither")
+    rope_theta = _check_theta(rope_theta, "rope_theta")
+
+    head_dim = _head_dim(config)
+    partial = rope.get("partial_rotary_factor", config.get("partial_rotary_factor"))
+    partial = 1.0 if partial is None else partial
+    _checks.number("partial_rotary_factor", partial, positive=True)
+    if partial > 1:
+        raise ValueError(f"partial_rotary_factor must be in (0, 1], got {partial!r}")
+    # Hugging Face truncates head_dim·partial_rotary_factor to an int; an odd result cannot be split into planes.
+    rotary_dim = int(head_dim * partial)
+    if rope_type != "proportional" and (rotary_dim < 2 or rotary_dim % 2):
+        raise ValueError(f"rotary_dim = int(head_dim · partial_rotary_factor) = int({head_dim} · {partial}) = "
+                         f"{rotary_dim} must be even and >= 2")
+    if rope_type == "proportional" and head_dim % 2:
+        raise ValueError(f"head_dim must be even for proportional RoPE, got {head_dim}")
+
+    max_pos = config.get("max_position_embeddings")
+    if max_pos is not None:
+        _checks.number("max_position_embeddings", max_pos, integer=True, positive=True)
+
+    unknown = set(rope) - _TYPE_KEYS[rope_type] - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
+    if unknown:
+        raise ValueError(f"rope dict has key(s) {sorted(unknown)} that rope_type {rope_type!r} does not use; "
+                         f"expected some of {sorted(_TYPE_KEYS[rope_type])}")
+    params = {k: rope[k] for k in _TYPE_KEYS[rope_type] if k in rope}
+    if "original_max_position_embeddings" in _TYPE_KEYS[rope_type]:
+        params["original_max_position_embeddings"] = _original_max_positions(config, rope, max_pos)
+    return RopeSpec(rope_type, rope_theta, head_dim, float(partial), rotary_dim, max_pos, params)
+
+
+def _rope_type(rope: Mapping[str, Any]) -> str:
+    new, old = rope.get("rope_type"), rope.get("type")
+    if new is not None and old is not None and new != old:
+        raise ValueError(f"rope dict gives rope_type={new!r} and type={old!r}; give one")
+    rope_type = new if new is not None else old if old is not None else "default"
+    if rope_type == "longrope":
+        raise ValueError("rope_type 'longrope' (Phi-3) is not implemented in posbook; "
+                         f"expected one of {ROPE_TYPES}")
+    return _checks.choice("rope_type", rope_type, ROPE_TYPES)
+
+
+def _head_dim(config: Mapping[str, Any]) -> int:
+    head_dim = config.get("head_dim")
+    if head_dim is not None:
+        return int(_checks.number("head_dim", head_dim, integer=True, positive=True))
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    if hidden is None or heads is None:
+        raise ValueError("config must give head_dim, or hidden_size and num_attention_heads to derive it; "
+                         f"got head_dim=None, hidden_size={hidden!r}, num_attention_heads={heads!r}")
+    _checks.number("hidden_size", hidden, integer=True, positive=True)
+    _checks.number("num_attention_heads", heads, integer=True, positive=True)
+    if hidden % heads:
+        raise ValueError(f"hidden_size={hidden} is not a multiple of num_attention_heads={heads}; give head_dim")
+    return hidden // heads
+
+
+def _original_max_positions(config: Mapping[str, Any], rope: Mapping[str, Any], max_pos: int | None) -> int:
+    # The pre-training length lives inside the rope dict in most configs and at the top level in Phi-3's;
+    # when both exist and disagree, which one wins has differed between transformers versions
+    # (huggingface/transformers#38224, #40320), so posbook refuses to guess.
+    inside, outside = rope.get("original_max_position_embeddings"), config.get("original_max_position_embeddings")
+    if inside is not None and outside is not None and inside != outside:
+        raise ValueError(f"original_max_position_embeddings is given twice with different values: {inside!r} inside "
+                         f"the rope dict and {outside!r} at the top level of config")
+    value = inside if inside is not None else outside if outside is not None else max_pos
+    if value is None:
+        raise ValueError("config must give original_max_position_embeddings (or max_position_embeddings) for "
+                         "this rope_type, got neither")
+    return int(_checks.number("original_max_position_embeddings", value, integer=True, positive=True))
+
+
+def _factor(spec: RopeSpec, *, required: bool = True, default: float | None = None) -> float:
+    factor = spec.params.get("factor", default)
+    if factor is None:
+        if required:
+            raise ValueError(f"rope_type {spec.rope_type!r} needs 'factor' in the rope dict, got none")
+        return 1.0
+    _checks.number("factor", factor, positive=True)
+    if factor < 1:
+        raise ValueError(f"factor must be >= 1 (it is the context-extension ratio), got {factor!r}")
+    return float(factor)
+
+
+# Each rule returns float64 inv_freq and the attention factor that multiplies cos and sin.
+def _default(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    return _spectrum(spec.rotary_dim, spec.rope_theta), 1.0
+
+
+def _linear(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    # Position interpolation (Chen et al. 2023): position m is read as m/factor; dividing θ_i is the same thing.
+    return _spectrum(spec.rotary_dim, spec.rope_theta) / _factor(spec), 1.0
+
+
+def _ntk_base(base: float, scale: float, rotary_dim: int) -> float:
+    # NTK-aware base change (bloc97): choose b' so that the slowest plane, i = d/2 − 1, is interpolated by
+    # exactly `scale` while the fastest is untouched: b'^(−(d−2)/d) = b^(−(d−2)/d) / scale.
+    if rotary_dim <= 2:
+        raise ValueError(f"the NTK base change needs rotary_dim > 2 (it divides by rotary_dim − 2), got {rotary_dim}")
+    return base * scale ** (rotary_dim / (rotary_dim - 2))
+
+
+def _ntk(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    base = _ntk_base(spec.rope_theta, _factor(spec), spec.rotary_dim)
+    return _spectrum(spec.rotary_dim, base), 1.0
+
+
+def _dynamic(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    # Dynamic NTK (emozilla): the NTK base change with a scale that grows with the current length, and none at
+    # all up to max_position_embeddings. The spectrum depends on seq_len, so keys rotated at one length do not
+    # match queries rotated at another (huggingface/transformers#25104).
+    factor = _factor(spec)
+    if spec.max_position_embeddings is None:
+        raise ValueError("rope_type 'dynamic' needs max_position_embeddings in config, got none")
+    max_pos = spec.max_position_embeddings
+    length = max_pos if seq_len is None else max(seq_len, max_pos)
+    scale = factor * length / max_pos - (factor - 1)
+    return _spectrum(spec.rotary_dim, _ntk_base(spec.rope_theta, scale, spec.rotary_dim)), 1.0
+
+
+def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature √(1/t) = 0.1·mscale·ln(scale) + 1 (Peng et al. 2023, Eq. 22), 1 for scale ≤ 1.
+
+    :func:`rope_parameters` folds it into cos and sin, so every q·k logit is multiplied by its square.
+    """
+    _checks.number("scale", scale, positive=True)
+    _checks.number("mscale", mscale)
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_ramp_bounds(rotary_dim: int, rope_theta: float, original_max_position_embeddings: int, *,
+                     beta_fast: float = 32.0, beta_slow: float = 1.0,
+                     truncate: bool = True) -> tuple[float, float]:
+    """The plane indices (low, high) between which YaRN's ramp blends interpolation and extrapolation.
+
+    Plane d completes r_d = L / λ_d turns over the original length L (λ_d = 2π/θ_d). Planes with more than
+    ``beta_fast`` turns keep their frequency, planes with fewer than ``beta_slow`` are interpolated by ``factor``
+    (Peng et al. 2023, Eq. 18 with α = beta_slow, β = beta_fast). Solving r_d = β for d gives
+    d = rotary_dim·ln(L/(2πβ)) / (2 ln rope_theta). With ``truncate`` the bounds are floored/ceiled to whole planes,
+    as in the reference implementation; clamped to [0, rotary_dim − 1] as Hugging Face does.
+    """
+    def plane(turns: float) -> float:
+        return rotary_dim * math.log(original_max_position_embeddings / (turns * 2 * math.pi)) / (2 * math.log(rope_theta))
+
+    low, high = plane(beta_fast), plane(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, rotary_dim - 1)
+
+
+def _ramp_blend(spec: RopeSpec, factor: float) -> torch.Tensor:
+    beta_fast = spec.params.get("beta_fast") or 32.0   # `or`: a null or 0 in a config means the paper's default,
+    beta_slow = spec.params.get("beta_slow") or 1.0    # as in Hugging Face
+    _checks.number("beta_fast", beta_fast, positive=True)
+    _checks.number("beta_slow", beta_slow, positive=True)
+    if beta_fast <= beta_slow:
+        raise ValueError(f"beta_fast must be > beta_slow (turns over the original length), got {beta_fast} <= {beta_slow}")
+    truncate = spec.params.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise TypeError(f"truncate must be a bool, got {type(truncate).__name__} {truncate!r}")
+    low, high = yarn_ramp_bounds(spec.rotary_dim, spec.rope_theta, spec.params["original_max_position_embeddings"],
+                                 beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate)
+    if low == high:
+        high += 0.001  # the reference implementation's guard against a zero-width ramp
+    ramp = ((torch.arange(spec.rotary_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    theta = _spectrum(spec.rotary_dim, spec.rope_theta)
+    # ramp = 0: fast plane, keep θ (extrapolate); ramp = 1: slow plane, θ/factor (interpolate).
+    return theta * (1 - ramp) + theta / factor * ramp
+
+
+def _yarn_factor(spec: RopeSpec) -> float:
+    if spec.params.get("factor") is not None:
+        return _factor(spec)
+    # DeepSeek-style configs may omit factor; it is then the extension ratio itself.
+    if spec.max_position_embeddings is None:
+        raise ValueError("rope_type 'yarn' needs factor, or max_position_embeddings to derive it; got neither")
+    factor = spec.max_position_embeddings / spec.params["original_max_position_embeddings"]
+    if factor < 1:
+        raise ValueError(f"factor = max_position_embeddings / original_max_position_embeddings = {factor} must be >= 1")
+    return factor
+
+
+def _yarn(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    factor = _yarn_factor(spec)
+    attention_factor = spec.params.get("attention_factor")
+    if attention_factor is not None:
+        _checks.number("attention_factor", attention_factor, positive=True)
+    else:
+        mscale, mscale_all_dim = spec.params.get("mscale"), spec.params.get("mscale_all_dim")
+        if mscale and mscale_all_dim:
+            # DeepSeek-V2/V3 form: the ratio is 1 when mscale == mscale_all_dim; those models put
+            # yarn_get_mscale(factor, mscale_all_dim)² into the softmax scale instead (chapter "Context extension").
+            attention_factor = yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
+        else:
+            attention_factor = yarn_get_mscale(factor)
+    return _ramp_blend(spec, factor), float(attention_factor)
+
+
+def _ntk_by_parts(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    return _ramp_blend(spec, _factor(spec)), 1.0
+
+
+def _llama3(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    factor = _factor(spec)
+    for key in ("low_freq_factor", "high_freq_factor"):
+        if key not in spec.params:
+            raise ValueError(f"rope_type 'llama3' needs {key!r} in the rope dict, got keys {sorted(spec.params)}")
+        _checks.number(key, spec.params[key], positive=True)
+    low, high = float(spec.params["low_freq_factor"]), float(spec.params["high_freq_factor"])
+    if not high > low:
+        raise ValueError(f"high_freq_factor must be > low_freq_factor, got {high} and {low}")
+    original = spec.params["original_max_position_embeddings"]
+    theta = _spectrum(spec.rotary_dim, spec.rope_theta)
+    wavelength = 2 * math.pi / theta
+    # Short wavelengths (< original/high) keep θ, long ones (> original/low) get θ/factor, and in between the
+    # blend weight is linear in original/λ, the number of turns over the original context.
+    smooth = ((original / wavelength - low) / (high - low)).clamp(0, 1)
+    return theta / factor * (1 - smooth) + theta * smooth, 1.0
+
+
+def _proportional(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    # p-RoPE (Barbero et al. 2024; Gemma 4's "proportional"): keep the fastest fraction p of the head_dim/2
+    # frequencies of the full-head spectrum and set the slowest to zero (those planes are NoPE). Unlike partial
+    # RoPE, the kept frequencies are not re-spread over a smaller rotary_dim.
+    n_planes = spec.head_dim // 2
+    kept = int(spec.partial_rotary_factor * spec.head_dim // 2)
+    theta = torch.zeros(n_planes, dtype=torch.float64)
+    theta[:kept] = _spectrum(spec.head_dim, spec.rope_theta, kept)
+    return theta / _factor(spec, required=False, default=1.0), 1.0
+
+
+_RULES: dict[str, Callable[[RopeSpec, int | None], tuple[torch.Tensor, float]]] = {
+    "default": _default, "linear": _linear, "dynamic": _dynamic, "yarn": _yarn, "llama3": _llama3,
+    "proportional": _proportional, "ntk": _ntk, "ntk_by_parts": _ntk_by_parts,
+}
+
+
+def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, dtype: torch.dtype = torch.float32,
+                    device: torch.device | str | None = None) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies and attention factor for a Hugging Face-style config: ``(inv_freq, attention_factor)``.
+
+    Args:
+        config: a plain dict as in a model's config.json (see :func:`rope_spec` for the accepted forms and keys).
+        seq_len: the current sequence length; only ``"dynamic"`` reads it (at most max_position_embeddings means
+            no scaling).
+        dtype: dtype of ``inv_freq`` (computed in float64, rounded once).
+        device: device of ``inv_freq``.
+
+    Returns:
+        ``inv_freq`` of shape [rotary_dim/2] (``"proportional"``: [head_dim/2], zeros for the unrotated planes)
+        and ``attention_factor``, the number that multiplies cos and sin (YaRN's attention scaling; 1.0 for the
+        other types). Pass both to :func:`posbook.rope_cos_sin`.
+    """
+    spec = rope_spec(config)
+    if seq_len is not None:
+        _checks.number("seq_len", seq_len, integer=True, positive=True)
+    _checks.dtype("dtype", dtype)
+    inv_freq, attention_factor = _RULES[spec.rope_type](spec, seq_len)
+    return inv_freq.to(dtype=dtype, device=device), float(attention_factor)

@@ -1,0 +1,92 @@
+"""Differential attention (Ye et al. 2024): the difference of two softmax maps, so common-mode noise cancels.
+
+For each of h heads, queries and keys are split in two halves of size d, values have size 2d:
+
+    DiffAttn = (softmax(Q₁K₁ᵀ/√d) − λ·softmax(Q₂K₂ᵀ/√d))·V
+    λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init,  λ_init(l) = 0.8 − 0.6·exp(−0.3·(l − 1))
+    head_i ← (1 − λ_init)·RMSNorm(head_i)
+
+with h = d_model/(2d), half the heads of a Transformer with head size d, so that parameters and FLOPs match.
+Each head caches K₁, K₂ (2d numbers) and V (2d): 4d·h = 2·d_model per token and layer, the same as that
+Transformer's 2·(d_model/d)·d (chapter "Differential attention").
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from . import _checks
+from .attention import attention
+from .norms import RMSNorm
+from .rope import apply_rope
+
+
+def lambda_init(layer: int) -> float:
+    """λ_init(l) = 0.8 − 0.6·exp(−0.3·(l − 1)) for layer l = 1, 2, … (0.2 at the first layer, → 0.8 with depth)."""
+    _checks.number("layer", layer, integer=True, positive=True)
+    return 0.8 - 0.6 * math.exp(-0.3 * (layer - 1))
+
+
+class DiffAttention(nn.Module):
+    """Causal multi-head differential attention over [batch, T, d_model] inputs.
+
+    Args:
+        d_model: model width.
+        n_heads: number of differential heads h; each has two query/key halves of size head_dim = d_model/(2h)
+            and a value of size 2·head_dim.
+        layer: 1-based layer index l, for λ_init(l).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, layer: int):
+        super().__init__()
+        _checks.number("d_model", d_model, integer=True, positive=True)
+        _checks.number("n_heads", n_heads, integer=True, positive=True)
+        if d_model % (2 * n_heads):
+            raise ValueError(f"d_model must be a multiple of 2·n_heads = {2 * n_heads}, got {d_model}")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // (2 * n_heads)
+        self.lambda_init = lambda_init(layer)
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)   # h heads × 2 halves × head_dim
+        self.k_proj = nn.Linear(d_model, d_model, bias=False)
+        self.v_proj = nn.Linear(d_model, d_model, bias=False)   # h heads × 2·head_dim
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
+            nn.Parameter(torch.randn(self.head_dim) * 0.1) for _ in range(4))
+        self.head_norm = RMSNorm(2 * self.head_dim, eps=1e-5)
+
+    def lam(self) -> torch.Tensor:
+        """λ, shared by all heads of the layer; any real value, reached through two exponentials."""
+        return (torch.exp(torch.dot(self.lambda_q1, self.lambda_k1)) - torch.exp(torch.dot(self.lambda_q2, self.lambda_k2))
+                + self.lambda_init)
+
+    def kv_cache_values_per_token(self) -> int:
+        """Numbers cached per token: K₁ and K₂ (from k_proj) plus V (from v_proj), read off the projections."""
+        return self.k_proj.out_features + self.v_proj.out_features
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                return_maps: bool = False):
+        """x: [batch, T, d_model]; ``rope``: optional (cos, sin) [T, head_dim] applied to every query/key half."""
+        _checks.tensor("x", x, ndim=3, floating=True)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x.shape[-1] must be d_model={self.d_model}, got {x.shape[-1]}")
+        batch, t, _ = x.shape
+        h, d = self.n_heads, self.head_dim
+        # [batch, T, h, 2, d] → two [batch, h, T, d] halves
+        q = self.q_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
+        k = self.k_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
+        v = self.v_proj(x).view(batch, t, h, 2 * d).transpose(1, 2)
+        if rope is not None:
+            cos, sin = rope
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        # (A₁ − λA₂)V = A₁V − λ·A₂V: two ordinary causal attentions over the same values.
+        lam = self.lam()
+        if return_maps:
+            out1, a1 = attention(q[0], k[0], v, causal=True, return_weights=True)
+            out2, a2 = attention(q[1], k[1], v, causal=True, return_weights=True)
+        else:
+            out1, out2 = attention(q[0], k[0], v, causal=True), attention(q[1], k[1], v, causal=True)
+        heads = self.head_norm(out1 - lam * out2) * (1 - self.lambda_init)
+        out = self.out_proj(heads.transpose(1, 2).reshape(batch, t, self.d_model))
+        return (out, a1 - lam * a2) if return_maps else out

@@ -1,0 +1,124 @@
+"""KV-cache arithmetic from a model's config: bytes per token for MHA, MQA, GQA, MLA and hybrids.
+
+Per token and per attention layer a model caches
+
+* MHA / GQA / MQA: a key and a value per KV head, ``num_key_value_heads·(head_dim + v_head_dim)`` numbers
+  (MQA is num_key_value_heads = 1; MHA is num_key_value_heads = num_attention_heads);
+* MLA (DeepSeek-V2/V3, Kimi K2): one latent of ``kv_lora_rank`` numbers plus the shared rotary key of
+  ``qk_rope_head_dim`` numbers, whatever the number of heads.
+
+Layers whose ``layer_types`` entry is a linear-attention or state-space layer keep a fixed-size state and no KV;
+sliding-window and chunked layers keep at most their window. :func:`models` holds the configs of the models the
+book discusses, each value with its source (``src/posbook/data/models.json``).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from importlib import resources
+from typing import Any, Mapping
+
+from . import _checks
+
+KV_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+"""``layer_types`` entries that keep keys and values."""
+
+STATE_LAYER_TYPES = ("linear_attention", "mamba", "kda", "recurrent")
+"""``layer_types`` entries that keep a fixed-size state instead (no KV)."""
+
+
+def _int_key(config: Mapping[str, Any], key: str, *, required: bool = True) -> int | None:
+    value = config.get(key)
+    if value is None:
+        if required:
+            raise ValueError(f"config must give {key!r}, got none (keys: {sorted(config)})")
+        return None
+    return int(_checks.number(key, value, integer=True, positive=True))
+
+
+def kv_values_per_layer(config: Mapping[str, Any]) -> int:
+    """Numbers cached per token by one attention layer (see the module docstring for the rule per kind)."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    if config.get("kv_lora_rank") is not None:
+        return _int_key(config, "kv_lora_rank") + _int_key(config, "qk_rope_head_dim")
+    heads = _int_key(config, "num_attention_heads")
+    kv_heads = _int_key(config, "num_key_value_heads", required=False) or heads
+    if heads % kv_heads:
+        raise ValueError(f"num_attention_heads={heads} must be a multiple of num_key_value_heads={kv_heads}")
+    head_dim = _int_key(config, "head_dim", required=False)
+    if head_dim is None:
+        hidden = _int_key(config, "hidden_size")
+        if hidden % heads:
+            raise ValueError(f"hidden_size={hidden} is not a multiple of num_attention_heads={heads}; give head_dim")
+        head_dim = hidden // heads
+    v_head_dim = _int_key(config, "v_head_dim", required=False) or head_dim
+    return kv_heads * (head_dim + v_head_dim)
+
+
+def layer_kinds(config: Mapping[str, Any]) -> list[str]:
+    """One ``layer_types`` entry per layer; every layer is ``"full_attention"`` when the config has none."""
+    n_layers = _int_key(config, "num_hidden_layers")
+    kinds = config.get("layer_types")
+    if kinds is None:
+        return ["full_attention"] * n_layers
+    if not isinstance(kinds, (list, tuple)) or len(kinds) != n_layers:
+        raise ValueError(f"layer_types must be a list with num_hidden_layers={n_layers} entries, got {kinds!r}")
+    for kind in kinds:
+        _checks.choice("layer_types entry", kind, KV_LAYER_TYPES + STATE_LAYER_TYPES)
+    return list(kinds)
+
+
+def _dtype_bytes(dtype_bytes: float) -> float:
+    _checks.number("dtype_bytes", dtype_bytes, positive=True)
+    return dtype_bytes
+
+
+def kv_cache_bytes_per_token(config: Mapping[str, Any], dtype_bytes: float = 2) -> float:
+    """Bytes of KV cache each new token adds, summed over the layers that keep KV (2 bytes: BF16/FP16).
+
+    Sliding-window and chunked layers count too: this is the cost per token while the context is shorter than
+    their window. :func:`kv_cache_bytes` gives the total for a given length, with the windows applied.
+    """
+    kinds = layer_kinds(config)
+    layers = sum(kind in KV_LAYER_TYPES for kind in kinds)
+    return kv_values_per_layer(config) * layers * _dtype_bytes(dtype_bytes) if layers else 0
+
+
+def kv_cache_bytes(config: Mapping[str, Any], seq_len: int, dtype_bytes: float = 2) -> float:
+    """Total KV-cache bytes for one sequence of ``seq_len`` tokens; local layers keep at most their window."""
+    _checks.number("seq_len", seq_len, integer=True, min_value=0)
+    per_layer = kv_values_per_layer(config) * _dtype_bytes(dtype_bytes)
+    total = 0
+    for kind in layer_kinds(config):
+        if kind == "full_attention":
+            total += per_layer * seq_len
+        elif kind == "sliding_attention":
+            total += per_layer * min(seq_len, _int_key(config, "sliding_window"))
+        elif kind == "chunked_attention":
+            total += per_layer * min(seq_len, _int_key(config, "attention_chunk_size"))
+    return total
+
+
+@functools.lru_cache(maxsize=1)
+def _models() -> dict[str, Any]:
+    text = resources.files("posbook").joinpath("data/models.json").read_text(encoding="utf-8")
+    return json.loads(text)["models"]
+
+
+def models() -> dict[str, Any]:
+    """The models the book discusses: name → ``{"hf_id", "config", "sources", "notes"}``.
+
+    Every config value has an entry in ``sources`` (the model's config.json on the Hugging Face Hub, or the paper
+    and section it comes from). Returns a fresh copy; edit it freely.
+    """
+    return copy.deepcopy(_models())
+
+
+def model_config(name: str) -> dict[str, Any]:
+    """The config of one model of :func:`models`, ready for :func:`kv_cache_bytes_per_token` and
+    :func:`posbook.rope_parameters`."""
+    _checks.choice("name", name, sorted(_models()))
+    return copy.deepcopy(_models()[name]["config"])

@@ -1,0 +1,70 @@
+"""Normalisation of q and k before RoPE: RMSNorm, its zero-centred form, and per-head QK-Norm.
+
+QK-Norm (Henry et al. 2020; ViT-22B, Dehghani et al. 2023; OLMo 2, Qwen3) applies an RMSNorm over each head's
+head_dim to q and k after the projections and before the rotation. Each normalised vector then has RMS = |gain|,
+so with unit gains |q·k| ≤ ‖q‖‖k‖ = head_dim and the logits cannot grow without bound (chapter "QK-Norm,
+softcap, QK-Clip").
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import _checks
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float = 1e-6,
+             zero_centred: bool = False) -> torch.Tensor:
+    """x / RMS(x) over the last dimension, times a gain.
+
+    The gain is ``weight`` (plain RMSNorm) or ``1 + weight`` when ``zero_centred`` (Gemma, Qwen3-Next: weights
+    start at 0, so weight decay pulls the gain towards 1 instead of towards 0). The statistics are computed in
+    float32 (or float64 for float64 input) and the result is cast back to x's dtype, as Hugging Face does.
+    """
+    _checks.tensor("x", x, ndim_min=1, floating=True)
+    _checks.number("eps", eps, positive=True)
+    if not isinstance(zero_centred, bool):
+        raise TypeError(f"zero_centred must be a bool, got {type(zero_centred).__name__} {zero_centred!r}")
+    if weight is not None:
+        _checks.tensor("weight", weight, ndim=1, floating=True)
+        if weight.shape[0] != x.shape[-1]:
+            raise ValueError(f"weight must have x.shape[-1]={x.shape[-1]} entries, got {weight.shape[0]}")
+    elif zero_centred:
+        raise ValueError("zero_centred=True needs weight (the gain is 1 + weight), got weight=None")
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    y = x.to(compute)
+    y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        gain = weight.to(compute)
+        y = y * (1 + gain if zero_centred else gain)
+    return y.to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a learned gain over the last dimension; ``zero_centred`` stores the gain as 1 + weight."""
+
+    def __init__(self, dim: int, *, eps: float = 1e-6, zero_centred: bool = False):
+        super().__init__()
+        _checks.number("dim", dim, integer=True, positive=True)
+        self.eps, self.zero_centred = eps, zero_centred
+        self.weight = nn.Parameter(torch.zeros(dim) if zero_centred else torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, eps=self.eps, zero_centred=self.zero_centred)
+
+
+class QKNorm(nn.Module):
+    """Per-head RMSNorm of queries and keys, one gain vector of size head_dim each (shared by the heads).
+
+    ``forward(q, k)`` takes [..., heads, T, head_dim] tensors and returns the normalised pair; apply it before
+    RoPE. The gains have shape [head_dim], as ``self_attn.q_norm.weight`` in Qwen3.
+    """
+
+    def __init__(self, head_dim: int, *, eps: float = 1e-6, zero_centred: bool = False):
+        super().__init__()
+        self.q_norm = RMSNorm(head_dim, eps=eps, zero_centred=zero_centred)
+        self.k_norm = RMSNorm(head_dim, eps=eps, zero_centred=zero_centred)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.q_norm(q), self.k_norm(k)

@@ -1,0 +1,141 @@
+"""Keeping logits sane: attention entropy and its lower bound, softcap, and the QK-Clip weight update.
+
+The entropy bound
+-----------------
+Softmax is shift-invariant, so what matters about a row of logits z ∈ ℝⁿ is its centred norm
+R = ‖z − mean(z)‖₂. Among all rows with a given R, the entropy of softmax(z) is smallest when one logit stands
+out by β and the other n − 1 are equal (posbook checks this numerically: no random or optimised row goes below).
+Centring that row gives ‖z − z̄‖² = β²(n − 1)/n, so β = R·√(n/(n − 1)), and
+
+    H_min(R) = log(1 + (n − 1)e^(−β)) + β·(n − 1)e^(−β) / (1 + (n − 1)e^(−β)).
+
+It falls exponentially in β once (n − 1)e^(−β) ≪ 1: H ≈ (n − 1)(1 + β)e^(−β). This is the shape of the bound
+that Zhai et al. (2023) prove in terms of the spectral norm σ of W_K·W_Qᵀ; with logits z_j = x_iᵀ W_Q W_Kᵀ x_j · s,
+R ≤ ‖z‖ ≤ s·σ·‖x_i‖·‖X‖₂, so a larger σ permits lower entropy (chapter "Entropy collapse").
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import _checks
+
+
+def attention_entropy(weights: torch.Tensor, *, dim: int = -1) -> torch.Tensor:
+    """Shannon entropy (nats) of attention rows along ``dim``, with 0·log 0 = 0. Rows should sum to 1."""
+    _checks.tensor("weights", weights, ndim_min=1, floating=True)
+    if bool((weights < 0).any()):
+        raise ValueError("weights must be >= 0 (probabilities)")
+    logs = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))
+    return -(weights * logs).sum(dim=dim)
+
+
+def entropy_lower_bound(logit_norm: float | torch.Tensor, n: int) -> torch.Tensor:
+    """The least entropy (nats) that softmax can reach over ``n`` keys when the logits' centred 2-norm is at most
+    ``logit_norm`` (see the module docstring for the derivation). Equals log n at 0 and tends to 0 as the norm grows.
+    """
+    _checks.number("n", n, integer=True, min_value=2)
+    norm = torch.as_tensor(logit_norm, dtype=torch.float64)
+    if bool((norm < 0).any()) or not bool(torch.isfinite(norm).all()):
+        raise ValueError(f"logit_norm must be finite and >= 0, got {logit_norm!r}")
+    beta = norm * math.sqrt(n / (n - 1))
+    tail = (n - 1) * torch.exp(-beta)
+    return torch.log1p(tail) + beta * tail / (1 + tail)
+
+
+def extremal_logits(logit_norm: float, n: int, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The centred row with norm ``logit_norm`` whose softmax has the least entropy: one logit above the rest."""
+    _checks.number("logit_norm", logit_norm, min_value=0)
+    _checks.number("n", n, integer=True, min_value=2)
+    beta = logit_norm * math.sqrt(n / (n - 1))
+    z = torch.full((n,), -beta / n, dtype=dtype)
+    z[0] = beta * (n - 1) / n
+    return z
+
+
+def softcap(logits: torch.Tensor, cap: float) -> torch.Tensor:
+    """cap·tanh(logits/cap): close to the identity for |logits| ≪ cap, never beyond ±cap (Gemma 2 uses 50)."""
+    _checks.tensor("logits", logits, floating=True)
+    _checks.number("cap", cap, positive=True)
+    return cap * torch.tanh(logits / cap)
+
+
+def qk_clip_factors(max_logits: torch.Tensor, tau: float) -> torch.Tensor:
+    """QK-Clip's per-head factor γ_h = min(1, τ / S_max^h) (Kimi K2, 2025).
+
+    ``max_logits`` holds each head's largest logit S_max^h seen in the step (after the 1/√d scale).
+    """
+    _checks.tensor("max_logits", max_logits, ndim=1, floating=True)
+    _checks.finite("max_logits", max_logits)
+    _checks.number("tau", tau, positive=True)
+    ratio = tau / max_logits.clamp(min=torch.finfo(max_logits.dtype).tiny)
+    return torch.where(max_logits > tau, ratio, torch.ones_like(max_logits))
+
+
+def _head_rows(name: str, weight: torch.Tensor, n_heads: int, per_head: int) -> torch.Tensor:
+    _checks.tensor(name, weight, ndim=2, floating=True)
+    if weight.shape[0] != n_heads * per_head:
+        raise ValueError(f"{name} must have n_heads·{per_head} = {n_heads * per_head} rows, got {weight.shape[0]}")
+    return weight.view(n_heads, per_head, weight.shape[1])
+
+
+@torch.no_grad()
+def qk_clip_(w_q: torch.Tensor, w_k: torch.Tensor, gamma: torch.Tensor, *, head_dim: int,
+             alpha: float = 0.5) -> None:
+    """QK-Clip for multi-head attention, in place: head h's W_q rows × γ_h^α, its W_k rows × γ_h^(1−α).
+
+    Every logit of head h is then multiplied by exactly γ_h, so a head whose max logit was S > τ now peaks at τ;
+    heads with γ_h = 1 are untouched. Weights are [n_heads·head_dim, hidden] (rows = output features, as in
+    ``nn.Linear``). The update runs after the optimizer step, outside the graph. With shared key heads (GQA) a
+    key head serves several query heads, so only ``alpha=1`` (all of γ on the queries) is allowed there.
+    """
+    _checks.tensor("gamma", gamma, ndim=1, floating=True)
+    _checks.number("head_dim", head_dim, integer=True, positive=True)
+    _checks.number("alpha", alpha, min_value=0)
+    if alpha > 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
+    if bool((gamma <= 0).any()) or bool((gamma > 1).any()):
+        raise ValueError("gamma must be in (0, 1] (from qk_clip_factors)")
+    n_heads = gamma.shape[0]
+    q_rows = _head_rows("w_q", w_q, n_heads, head_dim)
+    if w_k.ndim == 2 and w_k.shape[0] != w_q.shape[0]:
+        if alpha != 1:
+            raise ValueError(f"w_k has {w_k.shape[0]} rows but w_q has {w_q.shape[0]}: key heads are shared (GQA), "
+                             f"so only alpha=1 is allowed, got alpha={alpha}")
+        q_rows.mul_(gamma.to(w_q.dtype)[:, None, None])
+        return
+    k_rows = _head_rows("w_k", w_k, n_heads, head_dim)
+    q_rows.mul_((gamma ** alpha).to(w_q.dtype)[:, None, None])
+    k_rows.mul_((gamma ** (1 - alpha)).to(w_k.dtype)[:, None, None])
+
+
+@torch.no_grad()
+def qk_clip_mla_(w_q_nope: torch.Tensor, w_q_rope: torch.Tensor, w_k_nope: torch.Tensor, gamma: torch.Tensor, *,
+                 qk_nope_head_dim: int, qk_rope_head_dim: int) -> None:
+    """QK-Clip for multi-head latent attention (Kimi K2), in place.
+
+    An MLA logit of head h is q^C_h·k^C_h + q^R_h·k^R: a content part from head-specific up-projections and a
+    rotary part whose key k^R is shared by all heads. The update scales q^C_h and k^C_h by √γ_h and q^R_h by γ_h,
+    so both parts, and the whole logit, scale by γ_h; k^R is left alone because scaling it would change every
+    other head's logits too.
+
+    Args:
+        w_q_nope: [n_heads·qk_nope_head_dim, q_in] rows producing q^C.
+        w_q_rope: [n_heads·qk_rope_head_dim, q_in] rows producing q^R.
+        w_k_nope: [n_heads·qk_nope_head_dim, kv_lora_rank] rows of the key up-projection producing k^C.
+        gamma: [n_heads] factors from :func:`qk_clip_factors`.
+    """
+    _checks.tensor("gamma", gamma, ndim=1, floating=True)
+    if bool((gamma <= 0).any()) or bool((gamma > 1).any()):
+        raise ValueError("gamma must be in (0, 1] (from qk_clip_factors)")
+    n_heads = gamma.shape[0]
+    _checks.number("qk_nope_head_dim", qk_nope_head_dim, integer=True, positive=True)
+    _checks.number("qk_rope_head_dim", qk_rope_head_dim, integer=True, positive=True)
+    q_c = _head_rows("w_q_nope", w_q_nope, n_heads, qk_nope_head_dim)
+    q_r = _head_rows("w_q_rope", w_q_rope, n_heads, qk_rope_head_dim)
+    k_c = _head_rows("w_k_nope", w_k_nope, n_heads, qk_nope_head_dim)
+    q_c.mul_(gamma.sqrt().to(w_q_nope.dtype)[:, None, None])
+    k_c.mul_(gamma.sqrt().to(w_k_nope.dtype)[:, None, None])
+    q_r.mul_(gamma.to(w_q_rope.dtype)[:, None, None])

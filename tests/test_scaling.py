@@ -1,0 +1,190 @@
+"""rope_parameters against Hugging Face's ROPE_INIT_FUNCTIONS, config by config, plus the teaching types."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from transformers import LlamaConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
+
+import posbook as pb
+
+# HF raises the base to float32 exponents; posbook rounds a float64 spectrum once. A few float32 ulps apart.
+RTOL = 2e-6
+
+
+def hf(config: dict, seq_len=None):
+    """Hugging Face's (inv_freq, attention_factor) for the same plain config dict."""
+    cfg = LlamaConfig(**copy.deepcopy(config))
+    rope_type = cfg.rope_parameters["rope_type"]
+    if rope_type == "default":
+        # Llama's default rule ignores partial_rotary_factor; GPT-NeoX's (the origin of partial RoPE) reads it.
+        return GPTNeoXRotaryEmbedding.compute_default_rope_parameters(cfg, seq_len=seq_len)
+    return ROPE_INIT_FUNCTIONS[rope_type](cfg, seq_len=seq_len)
+
+
+BASE = dict(hidden_size=1024, num_attention_heads=8, max_position_embeddings=4096)
+
+CONFIGS = {
+    "default-legacy": dict(BASE, rope_theta=10_000.0),
+    "default-v5-head_dim": dict(BASE, head_dim=256, rope_parameters={"rope_type": "default", "rope_theta": 1e7}),
+    "default-partial": dict(BASE, rope_theta=1e4, partial_rotary_factor=0.25),
+    "linear": dict(BASE, rope_theta=1e4, rope_scaling={"type": "linear", "factor": 4.0}),
+    "linear-v5-partial": dict(BASE, rope_parameters={"rope_type": "linear", "rope_theta": 5e5, "factor": 2.5,
+                                                     "partial_rotary_factor": 0.5}),
+    "dynamic": dict(BASE, rope_theta=1e4, rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+    "dynamic-partial": dict(BASE, rope_theta=1e4, partial_rotary_factor=0.5,
+                            rope_scaling={"rope_type": "dynamic", "factor": 8.0}),
+    "yarn-paper-defaults": dict(BASE, rope_theta=1e4, rope_scaling={"rope_type": "yarn", "factor": 16.0}),
+    "yarn-betas-no-truncate": dict(BASE, rope_theta=5e5, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0, "beta_fast": 16, "beta_slow": 2, "truncate": False}),
+    "yarn-explicit-attention-factor": dict(BASE, rope_theta=1e6, rope_scaling={
+        "rope_type": "yarn", "factor": 4.0, "attention_factor": 1.25, "original_max_position_embeddings": 1024}),
+    "yarn-deepseek-mscale": dict(hidden_size=7168, num_attention_heads=128, head_dim=64, max_position_embeddings=163840,
+                                 rope_theta=1e4, rope_scaling={
+                                     "type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+                                     "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}),
+    "yarn-mscale-unequal": dict(BASE, rope_theta=1e4, rope_scaling={
+        "type": "yarn", "factor": 40.0, "mscale": 0.707, "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 4096}),
+    "yarn-factor-from-lengths": dict(hidden_size=1024, num_attention_heads=8, max_position_embeddings=32768,
+                                     rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": None,
+                                                      "original_max_position_embeddings": 4096}),
+    "yarn-partial": dict(BASE, rope_theta=1e4, partial_rotary_factor=0.5,
+                         rope_scaling={"rope_type": "yarn", "factor": 8.0}),
+    "llama3-8b": dict(hidden_size=4096, num_attention_heads=32, max_position_embeddings=131072, rope_theta=5e5,
+                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "llama3-3.2": dict(hidden_size=2048, num_attention_heads=32, max_position_embeddings=131072, rope_theta=5e5,
+                       rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "proportional-quarter": dict(BASE, head_dim=256, rope_parameters={
+        "rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25}),
+    "proportional-full-factor": dict(BASE, head_dim=128, rope_parameters={
+        "rope_type": "proportional", "rope_theta": 1e4, "factor": 8.0}),
+    "proportional-odd-planes": dict(BASE, head_dim=128, rope_parameters={
+        "rope_type": "proportional", "rope_theta": 1e4, "partial_rotary_factor": 0.3}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_matches_hugging_face(name):
+    config = CONFIGS[name]
+    inv_freq, attention_factor = pb.rope_parameters(config)
+    hf_inv_freq, hf_attention_factor = hf(config)
+    assert inv_freq.dtype == torch.float32 and inv_freq.shape == hf_inv_freq.shape
+    torch.testing.assert_close(inv_freq, hf_inv_freq, rtol=RTOL, atol=0)
+    assert attention_factor == pytest.approx(hf_attention_factor, rel=1e-12)
+
+
+@pytest.mark.parametrize("seq_len", [1, 100, 4096, 4097, 10_000, 65_536])
+@pytest.mark.parametrize("name", ["dynamic", "dynamic-partial"])
+def test_dynamic_matches_hugging_face_at_every_length(name, seq_len):
+    config = CONFIGS[name]
+    inv_freq, _ = pb.rope_parameters(config, seq_len=seq_len)
+    torch.testing.assert_close(inv_freq, hf(config, seq_len)[0], rtol=RTOL, atol=0)
+
+
+def test_the_config_is_not_modified():
+    config = copy.deepcopy(CONFIGS["llama3-8b"])
+    pb.rope_parameters(config)
+    assert config == CONFIGS["llama3-8b"]
+
+
+def test_yarn_attention_factor_is_the_papers_formula():
+    _, af = pb.rope_parameters(CONFIGS["yarn-paper-defaults"])
+    assert af == pytest.approx(0.1 * math.log(16.0) + 1.0, rel=1e-15)
+    # DeepSeek-V3's mscale == mscale_all_dim makes the cos/sin factor exactly 1.
+    assert pb.rope_parameters(CONFIGS["yarn-deepseek-mscale"])[1] == 1.0
+
+
+def test_yarn_keeps_fast_planes_and_interpolates_slow_planes():
+    config = CONFIGS["yarn-paper-defaults"]
+    theta = pb.default_inv_freq(128, 1e4, dtype=torch.float64)
+    inv_freq, _ = pb.rope_parameters(config, dtype=torch.float64)
+    low, high = pb.yarn_ramp_bounds(128, 1e4, 4096)
+    assert 0 < low < high < 63
+    torch.testing.assert_close(inv_freq[:low + 1], theta[:low + 1], rtol=0, atol=0)
+    torch.testing.assert_close(inv_freq[high:], theta[high:] / 16, rtol=1e-15, atol=0)
+    turns = 4096 * theta / (2 * math.pi)
+    assert bool((turns[:low] > 32).all()) and bool((turns[high + 1:] < 1).all())
+
+
+def test_linear_is_position_interpolation():
+    inv_freq, _ = pb.rope_parameters(CONFIGS["linear"], dtype=torch.float64)
+    positions = torch.arange(0, 16_384, 7, dtype=torch.float64)
+    theta = pb.default_inv_freq(128, dtype=torch.float64)
+    torch.testing.assert_close(positions[:, None] * inv_freq, (positions / 4)[:, None] * theta)
+
+
+def test_ntk_teaching_type_fixes_the_fastest_plane_and_interpolates_the_slowest():
+    config = dict(BASE, rope_theta=1e4, rope_scaling={"rope_type": "ntk", "factor": 8.0})
+    inv_freq, af = pb.rope_parameters(config, dtype=torch.float64)
+    theta = pb.default_inv_freq(128, dtype=torch.float64)
+    assert af == 1.0 and inv_freq[0] == theta[0] == 1.0
+    assert inv_freq[-1].item() == pytest.approx(theta[-1].item() / 8, rel=1e-12)
+    # At seq_len = max_position_embeddings·(1 + (s − 1)/factor)... dynamic NTK reaches a fixed-NTK scale s.
+    dynamic = dict(BASE, rope_theta=1e4, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    seq_len = 4096 * 4 + 4096  # scale = 2·(20480/4096) − 1 = 9
+    ntk9 = dict(BASE, rope_theta=1e4, rope_scaling={"rope_type": "ntk", "factor": 9.0})
+    torch.testing.assert_close(pb.rope_parameters(dynamic, seq_len, dtype=torch.float64)[0],
+                               pb.rope_parameters(ntk9, dtype=torch.float64)[0])
+
+
+def test_ntk_by_parts_is_yarn_without_attention_scaling():
+    yarn = pb.rope_parameters(CONFIGS["yarn-paper-defaults"])
+    parts = pb.rope_parameters(dict(BASE, rope_theta=1e4, rope_scaling={"rope_type": "ntk_by_parts", "factor": 16.0}))
+    assert torch.equal(parts[0], yarn[0]) and parts[1] == 1.0 and yarn[1] > 1.0
+
+
+def test_proportional_keeps_the_fastest_frequencies_of_the_full_head():
+    inv_freq, _ = pb.rope_parameters(CONFIGS["proportional-quarter"], dtype=torch.float64)
+    full = pb.default_inv_freq(256, 1e6, dtype=torch.float64)
+    assert inv_freq.shape == (128,)
+    torch.testing.assert_close(inv_freq[:32], full[:32], rtol=0, atol=0)
+    assert bool((inv_freq[32:] == 0).all())
+    # Partial RoPE with the same fraction spreads 32 planes over the whole range instead.
+    partial, _ = pb.rope_parameters(dict(BASE, head_dim=256, rope_theta=1e6, partial_rotary_factor=0.25),
+                                    dtype=torch.float64)
+    assert partial.shape == (32,) and partial[-1] < inv_freq[31] / 1e3
+
+
+def test_rope_spec_reads_both_forms_alike():
+    legacy = pb.rope_spec(dict(BASE, rope_theta=5e5, rope_scaling={"type": "linear", "factor": 2.0}))
+    v5 = pb.rope_spec(dict(BASE, rope_parameters={"rope_type": "linear", "rope_theta": 5e5, "factor": 2.0}))
+    assert legacy == v5
+    assert (v5.rope_type, v5.head_dim, v5.rotary_dim, v5.params["factor"]) == ("linear", 128, 128, 2.0)
+
+
+def test_dynamic_ntk_keys_must_be_cached_before_rotation():
+    """With dynamic NTK the base depends on the current length, so a cache of *rotated* keys mixes two bases.
+
+    Scores from keys rotated at length T1 and queries rotated at length T2 > max_position_embeddings are no
+    longer a function of distance; caching keys before rotation and rotating them with the current spectrum
+    restores exactly the scores of a full recomputation (huggingface/transformers#25104).
+    """
+    config = dict(hidden_size=64, num_attention_heads=1, max_position_embeddings=64,
+                  rope_theta=1e4, rope_scaling={"rope_type": "dynamic", "factor": 4.0})
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(256, 64, dtype=torch.float64, generator=gen), torch.randn(256, 64, dtype=torch.float64,
+                                                                                    generator=gen)
+    positions = torch.arange(256)
+
+    def rotate(x, pos, seq_len):
+        inv_freq, _ = pb.rope_parameters(config, seq_len, dtype=torch.float64)
+        cos, sin = pb.rope_cos_sin(pos, inv_freq, dtype=torch.float64)
+        return pb.apply_rope(x, cos, sin)
+
+    # Full recomputation at length 256: every key rotated with the spectrum for 256.
+    reference = rotate(q[-1:], positions[-1:], 256) @ rotate(k, positions, 256).T
+    # Cache filled while the sequence was 64 long (no scaling yet), extended token by token afterwards.
+    cached_rotated = torch.cat([rotate(k[:64], positions[:64], 64)] +
+                               [rotate(k[t:t + 1], positions[t:t + 1], t + 1) for t in range(64, 256)])
+    stale = rotate(q[-1:], positions[-1:], 256) @ cached_rotated.T
+    fresh = rotate(q[-1:], positions[-1:], 256) @ rotate(k, positions, 256).T  # cache raw keys, rotate at use
+    torch.testing.assert_close(fresh, reference, rtol=0, atol=0)
+    assert (stale - reference).abs().max() > 1.0
