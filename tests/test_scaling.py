@@ -48,6 +48,10 @@ CONFIGS = {
                                  rope_theta=1e4, rope_scaling={
                                      "type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
                                      "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}),
+    "yarn-kimi-k2-equal-betas": dict(hidden_size=7168, num_attention_heads=64, head_dim=64, max_position_embeddings=131072,
+                                     rope_theta=5e4, rope_scaling={
+                                         "type": "yarn", "factor": 32.0, "beta_fast": 1.0, "beta_slow": 1.0,
+                                         "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}),
     "yarn-mscale-unequal": dict(BASE, rope_theta=1e4, rope_scaling={
         "type": "yarn", "factor": 40.0, "mscale": 0.707, "mscale_all_dim": 1.0,
         "original_max_position_embeddings": 4096}),
@@ -62,6 +66,10 @@ CONFIGS = {
     "llama3-3.2": dict(hidden_size=2048, num_attention_heads=32, max_position_embeddings=131072, rope_theta=5e5,
                        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "llama4-scout-step": dict(hidden_size=5120, num_attention_heads=40, head_dim=128, max_position_embeddings=10485760,
+                              rope_theta=5e5, rope_scaling={"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
+                                                            "high_freq_factor": 1.0,
+                                                            "original_max_position_embeddings": 8192}),
     "proportional-quarter": dict(BASE, head_dim=256, rope_parameters={
         "rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25}),
     "proportional-full-factor": dict(BASE, head_dim=128, rope_parameters={
@@ -151,6 +159,12 @@ def test_proportional_keeps_the_fastest_frequencies_of_the_full_head():
     partial, _ = pb.rope_parameters(dict(BASE, head_dim=256, rope_theta=1e6, partial_rotary_factor=0.25),
                                     dtype=torch.float64)
     assert partial.shape == (32,) and partial[-1] < inv_freq[31] / 1e3
+
+
+def test_mla_configs_rotate_qk_rope_head_dim():
+    config = dict(hidden_size=7168, num_attention_heads=128, qk_rope_head_dim=64, kv_lora_rank=512, rope_theta=1e4)
+    assert pb.rope_spec(config).rotary_dim == 64
+    assert pb.rope_parameters(config)[0].shape == (32,)
 
 
 def test_rope_spec_reads_both_forms_alike():

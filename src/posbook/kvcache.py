@@ -8,7 +8,8 @@ Per token and per attention layer a model caches
   ``qk_rope_head_dim`` numbers, whatever the number of heads.
 
 Layers whose ``layer_types`` entry is a linear-attention or state-space layer keep a fixed-size state and no KV;
-sliding-window and chunked layers keep at most their window. :func:`models` holds the configs of the models the
+sliding-window and chunked layers keep at most their window. Caches this arithmetic does not model (compressed
+or cross-layer-shared KV) raise an error rather than a wrong number. :func:`models` holds the configs of the models the
 book discusses, each value with its source (``src/posbook/data/models.json``).
 """
 
@@ -38,16 +39,32 @@ def _int_key(config: Mapping[str, Any], key: str, *, required: bool = True) -> i
     return int(_checks.number(key, value, integer=True, positive=True))
 
 
-def kv_values_per_layer(config: Mapping[str, Any]) -> int:
-    """Numbers cached per token by one attention layer (see the module docstring for the rule per kind)."""
+# Config keys that describe caches posbook does not model; counting without them would be wrong, not approximate.
+UNMODELLED_KEYS = {
+    "compress_ratios": "compressed KV blocks (DeepSeek-V4)",
+    "index_topk": "lightning-indexer keys cached next to the latents (DeepSeek sparse attention)",
+    "kv_source_layer_ids": "KV shared across layers",
+}
+
+
+def kv_values_per_layer(config: Mapping[str, Any], kind: str = "full_attention") -> int:
+    """Numbers cached per token by one attention layer of the given ``layer_types`` kind.
+
+    Global layers may differ from local ones: ``global_head_dim`` and ``num_global_key_value_heads`` (Gemma 4)
+    override head_dim and num_key_value_heads for ``"full_attention"`` layers, and ``attention_k_eq_v`` (keys
+    reused as values in those layers) halves what they must keep.
+    """
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    _checks.choice("kind", kind, KV_LAYER_TYPES)
+    for key, what in UNMODELLED_KEYS.items():
+        if config.get(key) is not None:
+            raise ValueError(f"config has {key!r}: {what}, which this arithmetic does not model. Remove the key "
+                             "knowingly to count only the uncompressed part")
     if config.get("kv_lora_rank") is not None:
         return _int_key(config, "kv_lora_rank") + _int_key(config, "qk_rope_head_dim")
     heads = _int_key(config, "num_attention_heads")
     kv_heads = _int_key(config, "num_key_value_heads", required=False) or heads
-    if heads % kv_heads:
-        raise ValueError(f"num_attention_heads={heads} must be a multiple of num_key_value_heads={kv_heads}")
     head_dim = _int_key(config, "head_dim", required=False)
     if head_dim is None:
         hidden = _int_key(config, "hidden_size")
@@ -55,6 +72,15 @@ def kv_values_per_layer(config: Mapping[str, Any]) -> int:
             raise ValueError(f"hidden_size={hidden} is not a multiple of num_attention_heads={heads}; give head_dim")
         head_dim = hidden // heads
     v_head_dim = _int_key(config, "v_head_dim", required=False) or head_dim
+    if kind == "full_attention":
+        kv_heads = _int_key(config, "num_global_key_value_heads", required=False) or kv_heads
+        global_dim = _int_key(config, "global_head_dim", required=False)
+        if global_dim is not None:
+            head_dim = v_head_dim = global_dim
+        if config.get("attention_k_eq_v"):
+            v_head_dim = 0
+    if heads % kv_heads:
+        raise ValueError(f"num_attention_heads={heads} must be a multiple of the {kv_heads} key/value heads")
     return kv_heads * (head_dim + v_head_dim)
 
 
@@ -82,24 +108,19 @@ def kv_cache_bytes_per_token(config: Mapping[str, Any], dtype_bytes: float = 2) 
     Sliding-window and chunked layers count too: this is the cost per token while the context is shorter than
     their window. :func:`kv_cache_bytes` gives the total for a given length, with the windows applied.
     """
-    kinds = layer_kinds(config)
-    layers = sum(kind in KV_LAYER_TYPES for kind in kinds)
-    return kv_values_per_layer(config) * layers * _dtype_bytes(dtype_bytes) if layers else 0
+    nbytes = _dtype_bytes(dtype_bytes)
+    return sum(kv_values_per_layer(config, kind) * nbytes for kind in layer_kinds(config) if kind in KV_LAYER_TYPES)
 
 
 def kv_cache_bytes(config: Mapping[str, Any], seq_len: int, dtype_bytes: float = 2) -> float:
     """Total KV-cache bytes for one sequence of ``seq_len`` tokens; local layers keep at most their window."""
     _checks.number("seq_len", seq_len, integer=True, min_value=0)
-    per_layer = kv_values_per_layer(config) * _dtype_bytes(dtype_bytes)
-    total = 0
-    for kind in layer_kinds(config):
-        if kind == "full_attention":
-            total += per_layer * seq_len
-        elif kind == "sliding_attention":
-            total += per_layer * min(seq_len, _int_key(config, "sliding_window"))
-        elif kind == "chunked_attention":
-            total += per_layer * min(seq_len, _int_key(config, "attention_chunk_size"))
-    return total
+    nbytes = _dtype_bytes(dtype_bytes)
+    kept = {"full_attention": lambda: seq_len,
+            "sliding_attention": lambda: min(seq_len, _int_key(config, "sliding_window")),
+            "chunked_attention": lambda: min(seq_len, _int_key(config, "attention_chunk_size"))}
+    return sum(kv_values_per_layer(config, kind) * nbytes * kept[kind]()
+               for kind in layer_kinds(config) if kind in KV_LAYER_TYPES)
 
 
 @functools.lru_cache(maxsize=1)

@@ -75,8 +75,8 @@ class RopeSpec:
     """A rope config dict, read and checked once: what every rope type's frequency rule needs.
 
     ``params`` holds the type-specific keys (``factor``, ``beta_fast``, ...) exactly as given; the other fields
-    resolve where Hugging Face looks for them (head_dim from hidden_size/num_attention_heads, the
-    partial_rotary_factor inside the rope dict before the top-level one, ...).
+    resolve where Hugging Face looks for them (head_dim from hidden_size/num_attention_heads, or
+    qk_rope_head_dim for MLA models; the partial_rotary_factor inside the rope dict before the top-level one, ...).
     """
 
     rope_type: str
@@ -165,6 +165,10 @@ def _rope_type(rope: Mapping[str, Any]) -> str:
 
 
 def _head_dim(config: Mapping[str, Any]) -> int:
+    # MLA (DeepSeek-V2/V3, Kimi K2) rotates only the decoupled rotary part of each head, qk_rope_head_dim wide;
+    # Hugging Face's DeepSeek configs set head_dim to it for the same reason.
+    if config.get("qk_rope_head_dim") is not None:
+        return int(_checks.number("qk_rope_head_dim", config["qk_rope_head_dim"], integer=True, positive=True))
     head_dim = config.get("head_dim")
     if head_dim is not None:
         return int(_checks.number("head_dim", head_dim, integer=True, positive=True))
@@ -277,8 +281,9 @@ def _ramp_blend(spec: RopeSpec, factor: float) -> torch.Tensor:
     beta_slow = spec.params.get("beta_slow") or 1.0    # as in Hugging Face
     _checks.number("beta_fast", beta_fast, positive=True)
     _checks.number("beta_slow", beta_slow, positive=True)
-    if beta_fast <= beta_slow:
-        raise ValueError(f"beta_fast must be > beta_slow (turns over the original length), got {beta_fast} <= {beta_slow}")
+    if beta_fast < beta_slow:
+        # Equal is allowed: Kimi K2 sets both to 1, which turns the ramp into a step at one turn.
+        raise ValueError(f"beta_fast must be >= beta_slow (turns over the original length), got {beta_fast} < {beta_slow}")
     truncate = spec.params.get("truncate", True)
     if not isinstance(truncate, bool):
         raise TypeError(f"truncate must be a bool, got {type(truncate).__name__} {truncate!r}")
@@ -331,14 +336,17 @@ def _llama3(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
             raise ValueError(f"rope_type 'llama3' needs {key!r} in the rope dict, got keys {sorted(spec.params)}")
         _checks.number(key, spec.params[key], positive=True)
     low, high = float(spec.params["low_freq_factor"]), float(spec.params["high_freq_factor"])
-    if not high > low:
-        raise ValueError(f"high_freq_factor must be > low_freq_factor, got {high} and {low}")
+    if high < low:
+        raise ValueError(f"high_freq_factor must be >= low_freq_factor, got {high} < {low}")
     original = spec.params["original_max_position_embeddings"]
     theta = _spectrum(spec.rotary_dim, spec.rope_theta)
-    wavelength = 2 * math.pi / theta
-    # Short wavelengths (< original/high) keep θ, long ones (> original/low) get θ/factor, and in between the
-    # blend weight is linear in original/λ, the number of turns over the original context.
-    smooth = ((original / wavelength - low) / (high - low)).clamp(0, 1)
+    turns = original * theta / (2 * math.pi)  # turns of each plane over the original context, original/λ
+    # Planes with more than `high` turns keep θ, planes with fewer than `low` get θ/factor, and in between the
+    # blend weight is linear in the number of turns. Equal factors (Llama 4) make it a step.
+    if high == low:
+        smooth = (turns > high).to(theta.dtype)
+    else:
+        smooth = ((turns - low) / (high - low)).clamp(0, 1)
     return theta / factor * (1 - smooth) + theta * smooth, 1.0
 
 

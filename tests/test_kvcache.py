@@ -1,0 +1,103 @@
+"""KV-cache arithmetic on hand-made configs and on the sourced model table."""
+
+from __future__ import annotations
+
+import pytest
+
+import posbook as pb
+
+KIB, GIB = 1024, 1024 ** 3
+
+
+def test_mha_mqa_gqa_for_one_layout():
+    # 16 attention layers, 24 query heads of 256 (the seeds' anchor model), BF16.
+    base = dict(num_hidden_layers=16, num_attention_heads=24, head_dim=256, hidden_size=5120)
+    assert pb.kv_cache_bytes_per_token(base) == 384 * KIB                                   # MHA
+    assert pb.kv_cache_bytes_per_token(dict(base, num_key_value_heads=1)) == 16 * KIB        # MQA
+    assert pb.kv_cache_bytes_per_token(dict(base, num_key_value_heads=4)) == 64 * KIB        # GQA, 4 groups
+    assert pb.kv_cache_bytes(dict(base, num_key_value_heads=4), 262_144) == 16 * GIB
+
+
+def test_mla_is_latent_plus_shared_rope_key_whatever_the_heads():
+    v3 = dict(num_hidden_layers=61, num_attention_heads=128, hidden_size=7168, kv_lora_rank=512, qk_rope_head_dim=64)
+    assert pb.kv_values_per_layer(v3) == 576
+    assert pb.kv_cache_bytes_per_token(v3) == 70_272
+    assert pb.kv_cache_bytes_per_token(dict(v3, num_attention_heads=64)) == 70_272  # Kimi K2: half the heads
+
+
+def test_hybrid_layers_without_kv_cost_nothing():
+    config = dict(num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+                  layer_types=["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"])
+    assert pb.kv_cache_bytes_per_token(config) == 2 * 2 * 2 * 64 * 2
+    assert pb.kv_cache_bytes_per_token(dict(config, layer_types=["mamba"] * 8)) == 0
+
+
+def test_sliding_and_chunked_layers_keep_their_window():
+    config = dict(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1, head_dim=32, sliding_window=128,
+                  attention_chunk_size=256,
+                  layer_types=["sliding_attention", "chunked_attention", "full_attention", "sliding_attention"])
+    per_layer = 2 * 32 * 2
+    assert pb.kv_cache_bytes(config, 100) == 4 * 100 * per_layer
+    assert pb.kv_cache_bytes(config, 10_000) == (128 + 256 + 10_000 + 128) * per_layer
+    assert pb.kv_cache_bytes_per_token(config) == 4 * per_layer
+
+
+def test_global_layers_may_use_other_heads_and_share_k_and_v():
+    config = dict(num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4, head_dim=64,
+                  num_global_key_value_heads=2, global_head_dim=128, attention_k_eq_v=True, sliding_window=16,
+                  layer_types=["sliding_attention", "full_attention"])
+    assert pb.kv_values_per_layer(config, "sliding_attention") == 4 * 128
+    assert pb.kv_values_per_layer(config, "full_attention") == 2 * 128   # keys only: values are the keys
+    assert pb.kv_cache_bytes_per_token(config) == (512 + 256) * 2
+
+
+def test_fractional_bytes_for_quantised_caches():
+    v2 = dict(num_hidden_layers=60, num_attention_heads=128, hidden_size=5120, kv_lora_rank=512, qk_rope_head_dim=64)
+    assert pb.kv_cache_bytes_per_token(v2) == 69_120
+    assert pb.kv_cache_bytes_per_token(v2, dtype_bytes=6 / 8) == pytest.approx(25_920)
+
+
+def test_unmodelled_caches_are_refused_not_miscounted():
+    v32 = dict(num_hidden_layers=61, num_attention_heads=128, kv_lora_rank=512, qk_rope_head_dim=64, index_topk=2048)
+    with pytest.raises(ValueError, match="index_topk"):
+        pb.kv_cache_bytes_per_token(v32)
+    with pytest.raises(ValueError, match="layer_types entry"):
+        pb.kv_cache_bytes_per_token(dict(num_hidden_layers=1, num_attention_heads=1, head_dim=8,
+                                         layer_types=["compressed_sparse_attention"]))
+
+
+def test_model_table_every_value_has_a_source():
+    table = pb.models()
+    assert len(table) >= 30
+    for name, entry in table.items():
+        assert set(entry) >= {"config", "sources", "notes"}, name
+        missing = set(entry["config"]) - set(entry["sources"])
+        assert not missing, f"{name}: no source for {sorted(missing)}"
+        for key, source in entry["sources"].items():
+            assert isinstance(source, str) and len(source) > 10, (name, key)
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("DeepSeek-LLM-67B", 389_120), ("DeepSeek-V2", 69_120), ("DeepSeek-V3", 70_272), ("Kimi-K2", 70_272),
+    ("Qwen3.8-27B", 64 * KIB), ("Llama-3.1-8B", 128 * KIB),
+])
+def test_model_table_reproduces_the_quoted_figures(name, expected):
+    assert pb.kv_cache_bytes_per_token(pb.model_config(name)) == expected
+
+
+def test_model_table_rope_configs_load():
+    loaded = 0
+    for name, entry in pb.models().items():
+        config = entry["config"]
+        if "rope_theta" not in config or "rope_parameters" in config or config.get("rope_scaling", {}) is None:
+            continue
+        scaling = config.get("rope_scaling") or {}
+        if scaling.get("rope_type", scaling.get("type", "default")) not in pb.ROPE_TYPES or set(scaling) - {
+                "rope_type", "type", "factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "truncate",
+                "attention_factor"}:
+            continue
+        inv_freq, attention_factor = pb.rope_parameters(config)
+        assert inv_freq.ndim == 1 and attention_factor >= 1.0, name
+        loaded += 1
+    assert loaded >= 15
