@@ -1,4 +1,4 @@
-"""One attention layer's core, stage by stage: the reference every other path is tested against.
+"""One attention layer's core, stage by stage: the reference every other path is tested against::
 
     logits = q·kᵀ · scale / temperature · query_scale      (length scaling: SWAN, Llama-4 temperature tuning)
            + bias                                          (ALiBi, T5 buckets: posbook.bias)
@@ -28,7 +28,7 @@ from . import _checks
 from .rope import LAYOUTS, apply_rope
 
 NORMALISERS = ("softmax", "softmax1", "sink", "sigmoid")
-"""How a row of logits becomes weights: ``softmax``; ``softmax1`` (Miller 2023: a 1 added to the denominator,
+"""The ways a row of logits becomes weights. ``softmax``; ``softmax1`` (Miller 2023: a 1 added to the denominator,
 an implicit zero logit); ``sink`` (a learned logit per head in the denominator: GPT-OSS, DeepSeek-V4);
 ``sigmoid`` (each weight sigmoid(logit + b) on its own, Ramapuram et al. 2024)."""
 

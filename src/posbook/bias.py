@@ -50,10 +50,10 @@ def alibi_slopes(n_heads: int, *, dtype: torch.dtype = torch.float32) -> torch.T
 
 
 def alibi_bias(slopes: torch.Tensor, q_len: int, k_len: int | None = None) -> torch.Tensor:
-    """The ALiBi bias −m_h·|j − i|, shape [n_heads, q_len, k_len], to add to the already-scaled logits.
+    """The ALiBi bias :math:`-m_h |j - i|`, shape [n_heads, q_len, k_len], to add to the already-scaled logits.
 
     It is not divided by √d: ALiBi adds it to q·kᵀ/√d. For causal attention only j ≤ i survives the mask, where
-    −|j − i| = j − i; the absolute value makes the same bias usable without a causal mask (a symmetric variant).
+    :math:`-|j - i| = j - i`; the absolute value makes the same bias usable without a causal mask (a symmetric variant).
     """
     _checks.tensor("slopes", slopes, ndim=1, floating=True)
     _checks.finite("slopes", slopes)

@@ -130,7 +130,7 @@ def _models() -> dict[str, Any]:
 
 
 def models() -> dict[str, Any]:
-    """The models the book discusses: name → ``{"hf_id", "config", "sources", "notes"}``.
+    """The models the book discusses: name → ``{"hf_id", "config", "sources", "provenance", "notes"}``.
 
     Every config value has an entry in ``sources`` (the model's config.json on the Hugging Face Hub, or the paper
     and section it comes from). Returns a fresh copy; edit it freely.
@@ -140,6 +140,6 @@ def models() -> dict[str, Any]:
 
 def model_config(name: str) -> dict[str, Any]:
     """The config of one model of :func:`models`, ready for :func:`kv_cache_bytes_per_token` and
-    :func:`posbook.rope_parameters`."""
+    :func:`posbook.scaling.rope_parameters`."""
     _checks.choice("name", name, sorted(_models()))
     return copy.deepcopy(_models()[name]["config"])

@@ -1,9 +1,10 @@
 """Normalisation of q and k before RoPE: RMSNorm, its zero-centred form, and per-head QK-Norm.
 
-QK-Norm (Henry et al. 2020; ViT-22B, Dehghani et al. 2023; OLMo 2, Qwen3) applies an RMSNorm over each head's
-head_dim to q and k after the projections and before the rotation. Each normalised vector then has RMS = |gain|,
-so with unit gains |q·k| ≤ ‖q‖‖k‖ = head_dim and the logits cannot grow without bound (chapter "QK-Norm,
-softcap, QK-Clip").
+QK-Norm (Henry et al. 2020; ViT-22B, Dehghani et al. 2023) normalises q and k after the projections and before
+the rotation. Qwen3 does it per head, over head_dim, which is what :class:`QKNorm` implements; OLMo 2 normalises
+the whole projection (all heads at once) instead. Per head, each normalised vector has an RMS equal to its gain, so
+with unit gains :math:`|q \cdot k| \le \|q\|\,\|k\| = d_\text{head}` and the logits cannot grow without
+bound (chapter "QK-Norm, softcap, QK-Clip").
 """
 
 from __future__ import annotations

@@ -381,7 +381,7 @@ def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, dt
     Returns:
         ``inv_freq`` of shape [rotary_dim/2] (``"proportional"``: [head_dim/2], zeros for the unrotated planes)
         and ``attention_factor``, the number that multiplies cos and sin (YaRN's attention scaling; 1.0 for the
-        other types). Pass both to :func:`posbook.rope_cos_sin`.
+        other types). Pass both to :func:`posbook.rope.rope_cos_sin`.
     """
     spec = rope_spec(config)
     if seq_len is not None:

@@ -56,7 +56,8 @@ def extremal_logits(logit_norm: float, n: int, *, dtype: torch.dtype = torch.flo
 
 
 def softcap(logits: torch.Tensor, cap: float) -> torch.Tensor:
-    """cap·tanh(logits/cap): close to the identity for |logits| ≪ cap, never beyond ±cap (Gemma 2 uses 50)."""
+    """cap·tanh(logits/cap): close to the identity for logits much smaller than cap in magnitude, never beyond
+    ±cap (Gemma 2 uses 50)."""
     _checks.tensor("logits", logits, floating=True)
     _checks.number("cap", cap, positive=True)
     return cap * torch.tanh(logits / cap)
