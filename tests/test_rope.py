@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -135,3 +136,23 @@ def test_gradients_flow():
     x = torch.randn(2, 5, 8, dtype=F64, requires_grad=True)
     cos, sin = pb.rope_cos_sin(torch.arange(5), pb.default_inv_freq(8, dtype=F64), dtype=F64)
     assert torch.autograd.gradcheck(lambda t: pb.apply_rope(t, cos, sin), (x,))
+
+
+@pytest.mark.parametrize("layout", pb.LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head_dim, rotary_dim", [(16, 16), (24, 8), (10, 6)])
+def test_blocked_cpu_path_gives_the_formulas_bits(monkeypatch, layout, dtype, head_dim, rotary_dim):
+    """Large CPU inputs outside autograd take rope._apply_rope_chunked; shrink its block so small inputs do too."""
+    from posbook import rope as rope_module
+
+    monkeypatch.setattr(rope_module, "_BLOCK_BYTES", 64)
+    gen = torch.Generator().manual_seed(rotary_dim)
+    x = torch.randn(3, 5, 7, head_dim, generator=gen).to(dtype)
+    cos, sin = pb.rope_cos_sin(torch.arange(7), pb.default_inv_freq(rotary_dim), layout=layout)
+    for view in (x, x.transpose(0, 1), x[:, ::2]):  # contiguous, permuted and strided inputs
+        assert rope_module._fast_path_applies(view, cos, sin)
+        fast = pb.apply_rope(view, cos, sin, layout=layout)
+        assert torch.equal(fast, rope_module._apply_rope_reference(view, cos, sin, layout))
+    x.requires_grad_(dtype in (torch.float32, torch.float64))
+    if x.requires_grad:  # autograd keeps the differentiable formula
+        assert not rope_module._fast_path_applies(x, cos, sin)

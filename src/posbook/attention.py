@@ -299,8 +299,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
     """Attention with every stage of the book as an option.
 
     Args:
-        q: [batch, Hq, Tq, d]; k: [batch, Hkv, Tk, d]; v: [batch, Hkv, Tk, dv]. Queries are the last Tq of the Tk
-            positions (Tq < Tk is a decoding step against a KV cache).
+        q: [batch, Hq, Tq, d]. Queries are the last Tq of the Tk key positions (Tq < Tk is a decoding step
+            against a KV cache).
+        k: [batch, Hkv, Tk, d], with Hq a multiple of Hkv (grouped-query attention).
+        v: [batch, Hkv, Tk, dv].
         scale: multiplies q·kᵀ; default 1/√d.
         temperature: divides the logits (τ < 1 sharpens).
         query_scale: a factor per query row, broadcastable to [batch, Hq, Tq] (e.g. :func:`swan_log_scale`,

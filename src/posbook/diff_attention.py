@@ -1,6 +1,6 @@
 """Differential attention (Ye et al. 2024): the difference of two softmax maps, so common-mode noise cancels.
 
-For each of h heads, queries and keys are split in two halves of size d, values have size 2d:
+For each of h heads, queries and keys are split in two halves of size d, values have size 2d::
 
     DiffAttn = (softmax(Q₁K₁ᵀ/√d) − λ·softmax(Q₂K₂ᵀ/√d))·V
     λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init,  λ_init(l) = 0.8 − 0.6·exp(−0.3·(l − 1))

@@ -1,4 +1,4 @@
-"""Normalisation of q and k before RoPE: RMSNorm, its zero-centred form, and per-head QK-Norm.
+r"""Normalisation of q and k before RoPE: RMSNorm, its zero-centred form, and per-head QK-Norm.
 
 QK-Norm (Henry et al. 2020; ViT-22B, Dehghani et al. 2023) normalises q and k after the projections and before
 the rotation. Qwen3 does it per head, over head_dim, which is what :class:`QKNorm` implements; OLMo 2 normalises

@@ -1,4 +1,4 @@
-"""Keeping logits sane: attention entropy and its lower bound, softcap, and the QK-Clip weight update.
+r"""Keeping logits sane: attention entropy and its lower bound, softcap, and the QK-Clip weight update.
 
 The entropy bound
 -----------------
@@ -7,7 +7,9 @@ R = ‖z − mean(z)‖₂. Among all rows with a given R, the entropy of softma
 out by β and the other n − 1 are equal (posbook checks this numerically: no random or optimised row goes below).
 Centring that row gives ‖z − z̄‖² = β²(n − 1)/n, so β = R·√(n/(n − 1)), and
 
-    H_min(R) = log(1 + (n − 1)e^(−β)) + β·(n − 1)e^(−β) / (1 + (n − 1)e^(−β)).
+.. math::
+
+    H_{\min}(R) = \log\bigl(1 + (n-1)e^{-\beta}\bigr) + \frac{\beta\,(n-1)e^{-\beta}}{1 + (n-1)e^{-\beta}}.
 
 It falls exponentially in β once (n − 1)e^(−β) ≪ 1: H ≈ (n − 1)(1 + β)e^(−β). This is the shape of the bound
 that Zhai et al. (2023) prove in terms of the spectral norm σ of W_K·W_Qᵀ; with logits z_j = x_iᵀ W_Q W_Kᵀ x_j · s,
