@@ -30,3 +30,12 @@ def test_public_name_has_a_docstring_and_a_place_on_the_api_page(name):
     if inspect.isfunction(obj) or inspect.isclass(obj):
         assert inspect.getdoc(obj) and len(inspect.getdoc(obj)) > 20, f"{name} has no real docstring"
         assert documented_on_page(obj), f"{name} ({obj.__module__}) is not rendered by book/api.md"
+
+
+def test_readme_example_runs_and_says_what_it_prints():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    namespace: dict = {}
+    exec(code, namespace)  # noqa: S102 - the README's own example
+    assert namespace["out"].shape == (1, 32, 16, 128)
+    assert "# 70272" in code and pb.kv_cache_bytes_per_token(pb.model_config("DeepSeek-V3")) == 70272
