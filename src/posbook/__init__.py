@@ -9,7 +9,7 @@ whole layer. :mod:`posbook.claims` checks the numbers the chapters state.
 """
 
 from .analysis import rope_decay_bound
-from .attention import IMPLS, NORMALISERS, attention, llama4_attention_scale, swan_log_scale
+from .attention import IMPLS, NORMALISERS, attention, llama4_attention_scale, local_attention, swan_log_scale
 from .bias import T5RelativeBias, alibi_bias, alibi_slopes, relative_positions, t5_relative_buckets
 from .claims import ClaimError, Claims, glue
 from .device import default_device
@@ -32,7 +32,7 @@ __all__ = [
     "alibi_bias", "alibi_slopes", "apply_rope", "attention", "attention_entropy", "attention_mask", "block_mask",
     "default_device", "default_inv_freq", "entropy_lower_bound", "extremal_logits", "glue", "half_to_interleaved",
     "interleaved_to_half", "kv_cache_bytes", "kv_cache_bytes_per_token", "kv_values_per_layer", "lambda_init",
-    "layer_kinds", "llama4_attention_scale", "mask_mod", "model_config", "models", "qk_clip_", "qk_clip_factors",
+    "layer_kinds", "llama4_attention_scale", "local_attention", "mask_mod", "model_config", "models", "qk_clip_", "qk_clip_factors",
     "qk_clip_mla_", "relative_positions", "rms_norm", "rope_cos_sin", "rope_decay_bound", "rope_parameters",
     "rope_spec", "softcap", "swan_log_scale", "t5_relative_buckets", "yarn_get_mscale", "yarn_ramp_bounds",
 ]

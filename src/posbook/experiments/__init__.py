@@ -1,0 +1,11 @@
+"""Experiments: a small GPT whose layers follow a pattern of position schemes, algorithmic length-generalisation
+tasks, a byte-level corpus from the Python standard library, and a resumable trainer (CPU, one GPU, or torchrun).
+
+Run ``python -m posbook.experiments --help``; the book's page "Running the experiments" walks through it.
+"""
+
+from .model import ABSOLUTE_POSITIONS, LAYER_CODES, GPT, GPTConfig
+from .train import PRESETS, TASK_NAMES, TrainConfig, choose_preset, evaluate, load_model, train
+
+__all__ = ["ABSOLUTE_POSITIONS", "GPT", "GPTConfig", "LAYER_CODES", "PRESETS", "TASK_NAMES", "TrainConfig",
+           "choose_preset", "evaluate", "load_model", "train"]

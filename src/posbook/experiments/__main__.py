@@ -1,0 +1,119 @@
+"""Command line: ``python -m posbook.experiments {train,evaluate,presets,patterns}``.
+
+Under torchrun (``torchrun --nproc_per_node=N -m posbook.experiments train ...``) every process runs this same
+command and training uses DistributedDataParallel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .model import ABSOLUTE_POSITIONS, LAYER_CODES, LOGIT_SCALINGS, QK_NORM_MODES
+from .train import PRESETS, TASK_NAMES, TrainConfig, evaluate, load_model, train
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 8,16,32, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive sizes such as 8,16,32, got {text!r}")
+    return sizes
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m posbook.experiments", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train one model and write checkpoint.pt and results.json to --out")
+    t.add_argument("--task", choices=TASK_NAMES, default="text")
+    t.add_argument("--preset", choices=sorted(PRESETS), help="default: POSBOOK_PRESET, else chosen from the hardware")
+    t.add_argument("--pattern", default="R", help="layer codes, repeated to n_layer (see the 'patterns' command)")
+    t.add_argument("--absolute-positions", choices=ABSOLUTE_POSITIONS, default="none")
+    t.add_argument("--qk-norm", choices=QK_NORM_MODES, default="none")
+    t.add_argument("--logit-scaling", choices=LOGIT_SCALINGS, default="none")
+    t.add_argument("--window", type=int)
+    t.add_argument("--chunk-size", type=int)
+    t.add_argument("--rope-theta", type=float)
+    t.add_argument("--rope-fraction", type=float)
+    t.add_argument("--sinks", action="store_true")
+    t.add_argument("--softcap", type=float)
+    t.add_argument("--n-layer", type=int)
+    t.add_argument("--n-embd", type=int)
+    t.add_argument("--n-head", type=int)
+    t.add_argument("--n-kv-head", type=int)
+    for name in ("steps", "batch-size", "seq-len", "train-max-size", "warmup", "eval-every", "eval-batches",
+                 "checkpoint-every", "seed", "corpus-bytes"):
+        t.add_argument(f"--{name}", type=int)
+    t.add_argument("--lr", type=float)
+    t.add_argument("--eval-sizes", type=_sizes, help="comma-separated problem sizes, e.g. 8,16,32")
+    t.add_argument("--out", help="output folder (checkpoint.pt, results.json)")
+    t.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt if it exists")
+    t.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+
+    e = sub.add_parser("evaluate", help="accuracy by size (tasks) or bits per byte (text) of a checkpoint")
+    e.add_argument("checkpoint")
+    e.add_argument("--eval-sizes", type=_sizes)
+
+    sub.add_parser("presets", help="list the presets and their settings")
+    sub.add_parser("patterns", help="list the layer codes a pattern is made of")
+    return p
+
+
+MODEL_FLAGS = {"pattern": "pattern", "absolute_positions": "absolute_positions", "qk_norm": "qk_norm",
+               "logit_scaling": "logit_scaling", "window": "window", "chunk_size": "chunk_size",
+               "rope_theta": "rope_theta", "rope_fraction": "rope_fraction", "softcap": "softcap",
+               "n_layer": "n_layer", "n_embd": "n_embd", "n_head": "n_head", "n_kv_head": "n_kv_head"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "presets":
+        print(json.dumps(PRESETS, indent=2))
+        return 0
+    if args.command == "patterns":
+        for code, meaning in LAYER_CODES.items():
+            print(f"{code}  {meaning}")
+        print("A pattern repeats to n_layer: 'SSSN' over 8 layers is SSSNSSSN.")
+        return 0
+    try:
+        if args.command == "evaluate":
+            import torch
+
+            from ..device import default_device
+            device = default_device()
+            model, run = load_model(args.checkpoint, device)
+            if args.eval_sizes:
+                run.eval_sizes = args.eval_sizes
+            data = None
+            if run.task == "text":
+                from .corpus import load_corpus
+                data = load_corpus(run.corpus_bytes)
+            with torch.no_grad():
+                print(json.dumps(evaluate(model, run, data, device), indent=2))
+            return 0
+        model = {key: getattr(args, flag) for flag, key in MODEL_FLAGS.items() if getattr(args, flag) is not None}
+        if args.sinks:
+            model["sinks"] = True
+        run_fields = dict(task=args.task, preset=args.preset, model=model, steps=args.steps, batch_size=args.batch_size,
+                          seq_len=args.seq_len, train_max_size=args.train_max_size, eval_sizes=args.eval_sizes,
+                          lr=args.lr, warmup=args.warmup, eval_every=args.eval_every, eval_batches=args.eval_batches,
+                          corpus_bytes=args.corpus_bytes, out_dir=args.out, resume=args.resume, progress=args.progress)
+        if args.checkpoint_every is not None:
+            run_fields["checkpoint_every"] = args.checkpoint_every
+        if args.seed is not None:
+            run_fields["seed"] = args.seed
+        results = train(TrainConfig(**run_fields))
+        print(json.dumps({"final": results["final"], "tokens_per_s": results["tokens_per_s"],
+                          "provenance": results["provenance"]}, indent=2))
+        return 0
+    except (ValueError, TypeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

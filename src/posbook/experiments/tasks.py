@@ -1,0 +1,93 @@
+"""Algorithmic tasks with controlled lengths, for length-generalisation experiments.
+
+Each task turns a problem size n into one token sequence ``prompt + answer``; the loss and the exact-match
+accuracy count only the answer tokens. Training draws n from [1, L]; evaluation goes to n = 2L and beyond,
+where a position scheme either generalises or does not (Kazemnejad et al. 2023 ran this comparison).
+
+=========  ==========================================================  ==============================
+task       sequence                                                    answer
+=========  ==========================================================  ==============================
+copy       BOS x₁ … xₙ SEP                                             x₁ … xₙ EOS
+reverse    BOS x₁ … xₙ SEP                                             xₙ … x₁ EOS
+addition   BOS a₀ … aₙ₋₁ PLUS b₀ … bₙ₋₁ SEP (digits least significant  c₀ … cₙ EOS  (c = a + b)
+           first, as is usual for length generalisation)
+passkey    BOS filler … MARK d₁ … d₅ MARK … filler QUERY SEP           d₁ … d₅ EOS
+           (n filler tokens, the needle at a uniformly random depth)
+=========  ==========================================================  ==============================
+
+Exact match under teacher forcing (every answer token is the argmax given the correct prefix) equals exact match
+under greedy decoding: if every step's argmax is right, greedy decoding reproduces the answer, and if one is
+wrong, greedy decoding diverges there.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _checks
+
+N_SYMBOLS = 16                     # content symbols 0..15; the digits are symbols 0..9
+BOS, SEP, EOS, PAD, PLUS, QUERY, MARK = range(N_SYMBOLS, N_SYMBOLS + 7)
+VOCAB_SIZE = 24                    # 23 tokens used, rounded up
+IGNORE = -100                      # target value that the loss and the accuracy skip
+TASKS = ("copy", "reverse", "addition", "passkey")
+PASSKEY_DIGITS = 5
+
+
+def sequence_length(task: str, n: int) -> int:
+    """Tokens in one example of size n (prompt and answer)."""
+    _checks.choice("task", task, TASKS)
+    _checks.number("n", n, integer=True, positive=True)
+    return {"copy": 2 * n + 3, "reverse": 2 * n + 3, "addition": 3 * n + 5,
+            "passkey": n + 2 * PASSKEY_DIGITS + 6}[task]
+
+
+def _example(task: str, n: int, gen: torch.Generator) -> tuple[list[int], int]:
+    """One example as a token list and the index where the answer starts."""
+    if task in ("copy", "reverse"):
+        x = torch.randint(0, N_SYMBOLS, (n,), generator=gen).tolist()
+        answer = x if task == "copy" else x[::-1]
+        prompt = [BOS, *x, SEP]
+    elif task == "addition":
+        a = torch.randint(0, 10, (n,), generator=gen).tolist()
+        b = torch.randint(0, 10, (n,), generator=gen).tolist()
+        answer, carry = [], 0
+        for da, db in zip(a, b):          # least significant digit first
+            carry, digit = divmod(da + db + carry, 10)
+            answer.append(digit)
+        answer.append(carry)
+        prompt = [BOS, *a, PLUS, *b, SEP]
+    else:
+        key = torch.randint(0, 10, (PASSKEY_DIGITS,), generator=gen).tolist()
+        filler = torch.randint(10, N_SYMBOLS, (n,), generator=gen).tolist()  # filler never uses digits
+        depth = int(torch.randint(0, n + 1, (1,), generator=gen))
+        prompt = [BOS, *filler[:depth], MARK, *key, MARK, *filler[depth:], QUERY, SEP]
+        answer = key
+    return prompt + answer + [EOS], len(prompt)
+
+
+def make_batch(task: str, sizes: list[int], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets [batch, T] for examples of the given sizes, right-padded with PAD.
+
+    ``targets[b, t]`` is the token the model must predict after reading ``inputs[b, :t + 1]``; it is ``IGNORE``
+    except on the answer (including its EOS).
+    """
+    _checks.choice("task", task, TASKS)
+    if not sizes:
+        raise ValueError("sizes must hold at least one problem size, got an empty list")
+    examples = [_example(task, int(_checks.number("size", n, integer=True, positive=True)), generator) for n in sizes]
+    t = max(len(tokens) for tokens, _ in examples) - 1
+    inputs = torch.full((len(sizes), t), PAD, dtype=torch.long)
+    targets = torch.full((len(sizes), t), IGNORE, dtype=torch.long)
+    for row, (tokens, answer_start) in enumerate(examples):
+        seq = torch.tensor(tokens)
+        inputs[row, : len(tokens) - 1] = seq[:-1]
+        targets[row, answer_start - 1: len(tokens) - 1] = seq[answer_start:]
+    return inputs, targets
+
+
+def exact_match(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per example: 1.0 if every answer token is the argmax, else 0.0."""
+    answer = targets != IGNORE
+    correct = (logits.argmax(-1) == targets) | ~answer
+    return correct.all(dim=-1).float()

@@ -1,0 +1,315 @@
+"""Training and evaluation: presets by hardware, AdamW with warmup + cosine, atomic checkpoints, exact resume,
+DDP under torchrun, and a results JSON that says where its numbers came from.
+
+Every batch is a pure function of (seed, step): a killed run resumed from its last checkpoint sees the same
+batches, the same learning rates and the same optimizer state, so it ends with the same numbers as a run that
+was never interrupted (the test suite kills one with SIGKILL to check). Under DDP every rank draws the same global
+batch and trains on its share of the rows, so N processes follow the one-process loss curve.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .. import _checks
+from ..device import default_device
+from . import corpus as corpus_lib
+from . import tasks as tasks_lib
+from .model import GPT, GPTConfig
+
+TASK_NAMES = ("text",) + tasks_lib.TASKS
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Each run of the cpu preset fits in about a minute on 2 CPU cores (measured in the test suite's budget).
+    "cpu": dict(model=dict(n_layer=4, n_embd=128, n_head=4), steps=300, batch_size=16, seq_len=128, lr=3e-3,
+                warmup=30, eval_every=100, eval_batches=4, train_max_size=8, corpus_bytes=2_000_000),
+    # One T4/L4-class GPU, about 15 minutes.
+    "colab": dict(model=dict(n_layer=8, n_embd=384, n_head=6), steps=3000, batch_size=32, seq_len=512, lr=1e-3,
+                  warmup=200, eval_every=500, eval_batches=16, train_max_size=16, corpus_bytes=20_000_000),
+    # Many GPUs under torchrun; batch_size is the global batch.
+    "full": dict(model=dict(n_layer=12, n_embd=768, n_head=12), steps=10000, batch_size=256, seq_len=1024, lr=6e-4,
+                 warmup=500, eval_every=1000, eval_batches=32, train_max_size=32, corpus_bytes=100_000_000),
+}
+
+# Dense bf16 peak throughput in FLOP/s, for an MFU estimate; unknown devices report no MFU.
+PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "L4": 121e12,
+              "T4": 65e12, "V100": 125e12}
+
+
+def choose_preset() -> str:
+    """``POSBOOK_PRESET`` if set, else ``full`` under torchrun on GPUs, ``colab`` on one GPU, ``cpu`` otherwise."""
+    preset = os.environ.get("POSBOOK_PRESET")
+    if preset:
+        return _checks.choice("POSBOOK_PRESET", preset, sorted(PRESETS))
+    if torch.cuda.is_available():
+        return "full" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "colab"
+    return "cpu"
+
+
+@dataclass
+class TrainConfig:
+    """One run. Fields left as None take the preset's value."""
+
+    task: str = "text"
+    preset: str | None = None
+    model: dict = field(default_factory=dict)      # GPTConfig overrides, e.g. {"pattern": "SSSN"}
+    steps: int | None = None
+    batch_size: int | None = None                  # global batch, in sequences
+    seq_len: int | None = None                     # text task only
+    train_max_size: int | None = None              # algorithmic tasks: problem sizes 1..L during training
+    eval_sizes: list[int] | None = None            # algorithmic tasks: sizes to report accuracy for (default L..4L)
+    lr: float | None = None
+    warmup: int | None = None
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int | None = None
+    eval_batches: int | None = None
+    corpus_bytes: int | None = None
+    checkpoint_every: int = 0                      # 0: only at the end
+    seed: int = 0
+    out_dir: str | None = None
+    resume: bool = False
+    progress: bool | None = None                   # tqdm bar; None: only when stderr is a terminal
+
+    def resolved(self) -> "TrainConfig":
+        """A copy with the preset's values filled in and every field checked."""
+        preset = self.preset or choose_preset()
+        _checks.choice("preset", preset, sorted(PRESETS))
+        _checks.choice("task", self.task, TASK_NAMES)
+        values = asdict(self)
+        values["preset"] = preset
+        for key, value in PRESETS[preset].items():
+            if key == "model":
+                values["model"] = {**value, **self.model}
+            elif values.get(key) is None:
+                values[key] = value
+        out = TrainConfig(**values)
+        for name in ("steps", "batch_size", "seq_len", "train_max_size", "warmup", "eval_every", "eval_batches",
+                     "corpus_bytes"):
+            _checks.number(name, getattr(out, name), integer=True, min_value=0 if name == "warmup" else 1)
+        _checks.number("checkpoint_every", out.checkpoint_every, integer=True, min_value=0)
+        _checks.number("seed", out.seed, integer=True, min_value=0)
+        _checks.number("lr", out.lr, positive=True)
+        _checks.number("weight_decay", out.weight_decay, min_value=0)
+        _checks.number("grad_clip", out.grad_clip, positive=True)
+        if out.eval_sizes is None:
+            out.eval_sizes = sorted({out.train_max_size * k // 2 for k in range(2, 9)})
+        for size in out.eval_sizes:
+            _checks.number("eval_sizes entry", size, integer=True, positive=True)
+        if out.resume and not out.out_dir:
+            raise ValueError("resume=True needs out_dir (where the checkpoint is), got None")
+        return out
+
+
+def model_config(run: TrainConfig) -> GPTConfig:
+    """The GPTConfig for a resolved run: vocabulary and longest sequence follow from the task."""
+    if run.task == "text":
+        vocab, longest = corpus_lib.VOCAB_SIZE, run.seq_len
+    else:
+        vocab = tasks_lib.VOCAB_SIZE
+        longest = tasks_lib.sequence_length(run.task, max([run.train_max_size, *run.eval_sizes]))
+    known = {f.name for f in fields(GPTConfig) if f.init}
+    unknown = sorted(set(run.model) - known)
+    if unknown:
+        raise ValueError(f"model has unknown GPTConfig field(s) {unknown}; known: {sorted(known)}")
+    return GPTConfig(**{"vocab_size": vocab, "max_seq_len": longest, **run.model})
+
+
+def learning_rate(run: TrainConfig, step: int) -> float:
+    """Linear warmup to lr, then cosine decay to lr/10 at the last step."""
+    if step < run.warmup:
+        return run.lr * (step + 1) / run.warmup
+    progress = (step - run.warmup) / max(1, run.steps - run.warmup)
+    return run.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _batch(run: TrainConfig, data: corpus_lib.Corpus | None, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global batch of a training step: a function of (seed, step) only."""
+    gen = torch.Generator().manual_seed(run.seed * 1_000_003 + step)
+    if run.task == "text":
+        return corpus_lib.text_batch(data.train, run.batch_size, run.seq_len, gen)
+    sizes = torch.randint(1, run.train_max_size + 1, (run.batch_size,), generator=gen).tolist()
+    return tasks_lib.make_batch(run.task, sizes, gen)
+
+
+def _loss(logits: torch.Tensor, targets: torch.Tensor, count: int) -> torch.Tensor:
+    """Summed cross-entropy over the counted targets, divided by the global count (not the local one), so that
+    the ranks' shares add up to the one-process mean."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=tasks_lib.IGNORE,
+                           reduction="sum") / count
+
+
+@torch.no_grad()
+def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, device: torch.device) -> dict[str, Any]:
+    """Validation loss (and bits per byte for text), or exact-match accuracy by problem size for the tasks."""
+    model.eval()
+    gen = torch.Generator().manual_seed(run.seed * 1_000_003 + 999_999_937)
+    out: dict[str, Any] = {}
+    if run.task == "text":
+        losses = []
+        for _ in range(run.eval_batches):
+            x, y = corpus_lib.text_batch(data.val, run.batch_size, run.seq_len, gen)
+            logits = model(x.to(device))
+            losses.append(F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten()).item())
+        out["val_loss"] = sum(losses) / len(losses)
+        out["val_bpb"] = corpus_lib.bits_per_byte(out["val_loss"])
+    else:
+        accuracy = {}
+        for size in run.eval_sizes:
+            hits = []
+            for _ in range(run.eval_batches):
+                x, y = tasks_lib.make_batch(run.task, [size] * run.batch_size, gen)
+                hits.append(tasks_lib.exact_match(model(x.to(device)), y.to(device)).mean().item())
+            accuracy[str(size)] = sum(hits) / len(hits)
+        out["accuracy_by_size"] = accuracy
+    model.train()
+    return out
+
+
+def _git_sha() -> str:
+    try:
+        root = Path(__file__).resolve().parents[3]
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=5).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _save_atomically(obj: Any, path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)   # a reader (or a resume after SIGKILL) sees the old file or the new one, never half
+
+
+def train(run: TrainConfig) -> dict[str, Any]:
+    """Train one model; returns the results dict (also written to ``out_dir/results.json`` by rank 0)."""
+    run = run.resolved()
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    distributed = world > 1
+    if distributed:
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        if run.batch_size % world:
+            raise ValueError(f"batch_size={run.batch_size} must be a multiple of the {world} processes")
+    device = (torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if distributed and torch.cuda.is_available()
+              else default_device())
+    out_dir = Path(run.out_dir) if run.out_dir else None
+    if out_dir is not None and rank == 0:
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+    data = corpus_lib.load_corpus(run.corpus_bytes) if run.task == "text" else None
+    config = model_config(run)
+    torch.manual_seed(run.seed)
+    model = GPT(config).to(device)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": run.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=run.lr, betas=(0.9, 0.95))
+    history: list[dict[str, Any]] = []
+    start = 0
+    checkpoint_path = out_dir / "checkpoint.pt" if out_dir else None
+    if run.resume and checkpoint_path is not None and checkpoint_path.exists():
+        state = torch.load(checkpoint_path, weights_only=True, map_location=device)
+        if state["config"] != config.to_dict():
+            raise ValueError(f"checkpoint {checkpoint_path} was written for another model config")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start, history = state["step"], state["history"]
+
+    ddp = model
+    if distributed:
+        from torch.nn.parallel import DistributedDataParallel
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast(
+        "cpu", enabled=False)
+
+    show = sys.stderr.isatty() if run.progress is None else run.progress
+    bar = None
+    if show and rank == 0:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=run.steps, initial=start, desc=f"{run.task} {config.pattern}", unit="step")
+
+    tokens_per_step = run.batch_size * (run.seq_len if run.task == "text" else 0)
+    t_start, tokens_seen, train_time = time.time(), 0, 0.0
+    for step in range(start, run.steps):
+        t0 = time.perf_counter()
+        x, y = _batch(run, data, step)
+        count = int((y != tasks_lib.IGNORE).sum())
+        x, y = x[rank::world].to(device), y[rank::world].to(device)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(run, step)
+        with autocast:
+            loss = _loss(ddp(x), y, count) * world   # DDP averages gradients over ranks; × world undoes that
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), run.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_value = loss.item() / world
+        if distributed:
+            t = torch.tensor([loss_value], device=device)
+            dist.all_reduce(t)
+            loss_value = t.item()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dt = time.perf_counter() - t0
+        train_time += dt
+        step_tokens = tokens_per_step or int(x.numel()) * world
+        tokens_seen += step_tokens
+        record: dict[str, Any] = {"step": step + 1, "train_loss": loss_value, "lr": learning_rate(run, step),
+                                  "tokens_per_s": step_tokens / dt}
+        last = step + 1 == run.steps
+        if (step + 1) % run.eval_every == 0 or last:
+            record.update(evaluate(model, run, data, device))
+        history.append(record)
+        if bar is not None:
+            bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{step_tokens / dt:,.0f}")
+            bar.update(1)
+        due = run.checkpoint_every and (step + 1) % run.checkpoint_every == 0
+        if checkpoint_path is not None and rank == 0 and (due or last):
+            _save_atomically({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step + 1,
+                              "config": config.to_dict(), "run": asdict(run), "history": history}, checkpoint_path)
+    if bar is not None:
+        bar.close()
+
+    final = {k: v for k, v in history[-1].items() if k not in ("step", "lr", "tokens_per_s")} if history else {}
+    tokens_per_s = tokens_seen / train_time if train_time else None
+    mfu = None
+    if device.type == "cuda" and tokens_per_s:
+        name = torch.cuda.get_device_name(device)
+        peak = next((v for k, v in PEAK_FLOPS.items() if k in name), None)
+        seq = run.seq_len if run.task == "text" else config.max_seq_len
+        mfu = model.flops_per_token(seq) * tokens_per_s / (peak * world) if peak else None
+    results = {
+        "final": final, "history": history, "tokens_per_s": tokens_per_s, "mfu": mfu,
+        "model": config.to_dict(), "run": asdict(run), "n_params": model.num_params(),
+        "provenance": {"git_sha": _git_sha(), "torch": torch.__version__, "python": sys.version.split()[0],
+                       "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
+                       "world_size": world, "preset": run.preset, "seed": run.seed,
+                       "corpus_sha256": data.sha256 if data else None, "wall_time_s": time.time() - t_start,
+                       "resumed_from_step": start},
+    }
+    if out_dir is not None and rank == 0:
+        (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    if distributed:
+        dist.barrier()
+    return results
+
+
+def load_model(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[GPT, TrainConfig]:
+    """A trained model and its run config from a checkpoint (loaded with weights_only=True)."""
+    state = torch.load(Path(checkpoint), weights_only=True, map_location=device)
+    model = GPT(GPTConfig(**state["config"])).to(device)
+    model.load_state_dict(state["model"])
+    return model, TrainConfig(**state["run"])
