@@ -26,6 +26,20 @@ def test_rms_norm_matches_qwen3_and_bounds_logits():
     torch.testing.assert_close(q.norm(dim=-1), torch.full((2, 4, 8), math.sqrt(128)), rtol=1e-5, atol=0)
 
 
+def test_bf16_rounding_follows_each_family():
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+
+    torch.manual_seed(1)
+    x = (torch.randn(4, 64, 256) * 3).bfloat16()
+    qwen = Qwen3RMSNorm(256, eps=1e-6).bfloat16()
+    gemma = Gemma3RMSNorm(256, eps=1e-6)
+    with torch.no_grad():
+        qwen.weight.copy_(torch.rand(256) + 0.5)
+        gemma.weight.copy_(torch.randn(256) * 0.3)
+    assert torch.equal(pb.rms_norm(x, qwen.weight.detach(), eps=1e-6), qwen(x).detach())
+    assert torch.equal(pb.rms_norm(x, gemma.weight.detach(), eps=1e-6, zero_centred=True), gemma(x).detach())
+
+
 def test_zero_centred_gain_is_one_plus_weight():
     x = torch.randn(3, 16, dtype=torch.float64)
     w = torch.randn(16, dtype=torch.float64)

@@ -35,6 +35,16 @@ an implicit zero logit); ``sink`` (a learned logit per head in the denominator: 
 IMPLS = ("auto", "reference", "sdpa", "flex")
 
 
+def _check_positions(positions: torch.Tensor) -> None:
+    _checks.tensor("positions", positions, ndim=1)
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"positions must hold integers or reals, got dtype {positions.dtype}")
+    if positions.is_floating_point():
+        _checks.finite("positions", positions)
+    if bool((positions < 0).any()):
+        raise ValueError("positions must be >= 0")
+
+
 def llama4_attention_scale(positions: torch.Tensor, *, floor_scale: float = 8192.0,
                            attn_scale: float = 0.1) -> torch.Tensor:
     """Llama 4's temperature tuning for its NoPE layers: 1 + attn_scale·log(1 + ⌊(n + 1)/floor_scale⌋).
@@ -43,11 +53,9 @@ def llama4_attention_scale(positions: torch.Tensor, *, floor_scale: float = 8192
     ``floor_scale`` and ``attn_scale``), so it is 1 up to position floor_scale − 2 and then grows in steps of
     floor_scale positions, logarithmically. Pass it as ``query_scale``.
     """
-    _checks.tensor("positions", positions, ndim=1)
+    _check_positions(positions)
     _checks.number("floor_scale", floor_scale, positive=True)
     _checks.number("attn_scale", attn_scale, min_value=0)
-    if not positions.is_floating_point() and bool((positions < 0).any()):
-        raise ValueError("positions must be >= 0")
     return torch.log1p(torch.floor((positions.double() + 1.0) / floor_scale)) * attn_scale + 1.0
 
 
@@ -57,12 +65,10 @@ def swan_log_scale(positions: torch.Tensor, *, a: float = 362.0) -> torch.Tensor
     g(0) = 1 and the factor grows like ln(n)/ln(a); the paper fits a single a ≈ 362 offline and applies it mainly
     in the global NoPE layers. Pass it as ``query_scale``.
     """
-    _checks.tensor("positions", positions, ndim=1)
+    _check_positions(positions)
     _checks.number("a", a, positive=True)
     if a <= 1:
         raise ValueError(f"a must be > 1 (it is the logarithm's base), got {a!r}")
-    if bool((positions < 0).any()):
-        raise ValueError("positions must be >= 0")
     return torch.log(a + positions.double()) / math.log(a)
 
 
@@ -75,12 +81,14 @@ def _is_block_mask(mask: Any) -> bool:
 
 
 def _broadcastable(name: str, value: torch.Tensor, shape: tuple[int, ...]) -> None:
+    # It must broadcast *to* the shape, not with it: a mask for all 8 positions passed with 1 query would
+    # otherwise silently turn the output into 8 rows.
     try:
-        torch.broadcast_shapes(value.shape, shape)
+        ok = torch.broadcast_shapes(value.shape, shape) == torch.Size(shape)
     except RuntimeError:
-        raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to {shape}") from None
-    if value.ndim > len(shape):
-        raise ValueError(f"{name} has {value.ndim} dimensions, more than the {len(shape)} of {shape}")
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to {shape}")
 
 
 def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask, causal, normaliser, sink,
@@ -114,8 +122,11 @@ def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask,
     if bias is not None:
         _checks.tensor("bias", bias, floating=True)
         _broadcastable("bias", bias, logits_shape)
-        if bool(torch.isnan(bias).any()):
-            raise ValueError("bias must not contain NaN (use mask to hide keys)")
+        if bool(torch.isnan(bias).any()) or bool((bias == float("inf")).any()):
+            raise ValueError("bias must not contain NaN or +inf (use mask to hide keys)")
+        if softcap is not None and bool(torch.isinf(bias).any()):
+            raise ValueError("bias holds -inf entries and softcap is set: softcap would turn them into -softcap, so "
+                             "hidden keys would get weight; hide keys with mask instead")
     if softcap is not None:
         _checks.number("softcap", softcap, positive=True)
     if mask is not None and not _is_block_mask(mask):
@@ -317,7 +328,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
         gate: output-gate logits broadcastable to [batch, Hq, Tq, dv]; the output is multiplied by sigmoid(gate)
             (elementwise gate after attention, Qiu et al. 2025).
         output_rope: (cos, sin) of the query positions: the output's first rotary_dim features are turned back by
-            the query's own angle, R(−iθ), as DeepSeek-V4 does when V carries rotated keys.
+            the query's own angle, R(−iθ) — DeepSeek-V4's fix when V carries rotated keys (DeepSeek-V4 rotates the
+            last 64 features in the interleaved layout; permute the features to match, see
+            :func:`posbook.rope.interleaved_to_half`).
         layout: RoPE layout of ``output_rope``.
         return_weights: also return the [batch, Hq, Tq, Tk] weights (reference path only).
         impl: ``"auto"``, ``"reference"``, ``"sdpa"`` or ``"flex"``.

@@ -44,6 +44,7 @@ UNMODELLED_KEYS = {
     "compress_ratios": "compressed KV blocks (DeepSeek-V4)",
     "index_topk": "lightning-indexer keys cached next to the latents (DeepSeek sparse attention)",
     "kv_source_layer_ids": "KV shared across layers",
+    "num_kv_shared_layers": "KV shared across layers (Gemma 3n/4)",
 }
 
 
@@ -58,7 +59,7 @@ def kv_values_per_layer(config: Mapping[str, Any], kind: str = "full_attention")
         raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
     _checks.choice("kind", kind, KV_LAYER_TYPES)
     for key, what in UNMODELLED_KEYS.items():
-        if config.get(key) is not None:
+        if config.get(key) not in (None, 0):
             raise ValueError(f"config has {key!r}: {what}, which this arithmetic does not model. Remove the key "
                              "knowingly to count only the uncompressed part")
     if config.get("kv_lora_rank") is not None:
@@ -77,8 +78,11 @@ def kv_values_per_layer(config: Mapping[str, Any], kind: str = "full_attention")
         global_dim = _int_key(config, "global_head_dim", required=False)
         if global_dim is not None:
             head_dim = v_head_dim = global_dim
-        if config.get("attention_k_eq_v"):
-            v_head_dim = 0
+        k_eq_v = config.get("attention_k_eq_v", False)
+        if not isinstance(k_eq_v, bool):
+            raise TypeError(f"attention_k_eq_v must be a bool, got {type(k_eq_v).__name__} {k_eq_v!r}")
+        if k_eq_v:
+            v_head_dim = 0  # the least a cache must keep; an implementation may still store a separate V copy
     if heads % kv_heads:
         raise ValueError(f"num_attention_heads={heads} must be a multiple of the {kv_heads} key/value heads")
     return kv_heads * (head_dim + v_head_dim)

@@ -21,7 +21,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float 
 
     The gain is ``weight`` (plain RMSNorm) or ``1 + weight`` when ``zero_centred`` (Gemma, Qwen3-Next: weights
     start at 0, so weight decay pulls the gain towards 1 instead of towards 0). The statistics are computed in
-    float32 (or float64 for float64 input) and the result is cast back to x's dtype, as Hugging Face does.
+    float32 (or float64 for float64 input). The two families round differently in bf16, and each is followed:
+    plain RMSNorm casts the normalised x back to x's dtype and then multiplies by the gain (Llama, Qwen3);
+    zero-centred RMSNorm multiplies by 1 + weight in float32 and casts last (Gemma).
     """
     _checks.tensor("x", x, ndim_min=1, floating=True)
     _checks.number("eps", eps, positive=True)
@@ -36,10 +38,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float 
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
     y = x.to(compute)
     y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)
-    if weight is not None:
-        gain = weight.to(compute)
-        y = y * (1 + gain if zero_centred else gain)
-    return y.to(x.dtype)
+    if weight is None:
+        return y.to(x.dtype)
+    if zero_centred:
+        return (y * (1 + weight.to(compute))).to(x.dtype)
+    return weight.to(x.dtype) * y.to(x.dtype)
 
 
 class RMSNorm(nn.Module):

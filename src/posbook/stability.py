@@ -95,6 +95,8 @@ def qk_clip_(w_q: torch.Tensor, w_k: torch.Tensor, gamma: torch.Tensor, *, head_
     key head serves several query heads, so only ``alpha=1`` (all of γ on the queries) is allowed there.
     """
     _checks.tensor("gamma", gamma, ndim=1, floating=True)
+    _checks.finite("gamma", gamma)
+    _checks.tensor("w_k", w_k, ndim=2, floating=True)
     _checks.number("head_dim", head_dim, integer=True, positive=True)
     _checks.number("alpha", alpha, min_value=0)
     if alpha > 1:
@@ -103,7 +105,7 @@ def qk_clip_(w_q: torch.Tensor, w_k: torch.Tensor, gamma: torch.Tensor, *, head_
         raise ValueError("gamma must be in (0, 1] (from qk_clip_factors)")
     n_heads = gamma.shape[0]
     q_rows = _head_rows("w_q", w_q, n_heads, head_dim)
-    if w_k.ndim == 2 and w_k.shape[0] != w_q.shape[0]:
+    if w_k.shape[0] != w_q.shape[0]:
         if alpha != 1:
             raise ValueError(f"w_k has {w_k.shape[0]} rows but w_q has {w_q.shape[0]}: key heads are shared (GQA), "
                              f"so only alpha=1 is allowed, got alpha={alpha}")
@@ -131,6 +133,7 @@ def qk_clip_mla_(w_q_nope: torch.Tensor, w_q_rope: torch.Tensor, w_k_nope: torch
         gamma: [n_heads] factors from :func:`qk_clip_factors`.
     """
     _checks.tensor("gamma", gamma, ndim=1, floating=True)
+    _checks.finite("gamma", gamma)
     if bool((gamma <= 0).any()) or bool((gamma > 1).any()):
         raise ValueError("gamma must be in (0, 1] (from qk_clip_factors)")
     n_heads = gamma.shape[0]
