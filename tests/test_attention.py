@@ -119,8 +119,9 @@ def test_sink_rows_sum_below_one(sink, shift, seed):
     logits = logits.masked_fill(~pb.attention_mask("causal", 5), float("-inf"))
     share = torch.sigmoid(sink - torch.logsumexp(logits, -1))
     torch.testing.assert_close(1 - rows, share, rtol=1e-9, atol=1e-12)
-    # Below 1 in exact arithmetic; in float64 whenever the sink's share is above rounding (~1e-16).
-    assert bool((rows <= 1).all()) and bool((rows[share > 1e-12] < 1).all()) and bool((rows > 0).all())
+    # Below 1 in exact arithmetic; in float64 whenever the sink's share is above rounding (~1e-16). Where the
+    # share is smaller than that, summing five rounded weights may land an ulp or two above 1.
+    assert bool((rows <= 1 + 4e-16).all()) and bool((rows[share > 1e-12] < 1).all()) and bool((rows > 0).all())
 
 
 @pytest.mark.parametrize("shift", [-10.0, -50.0, -200.0, -1000.0])

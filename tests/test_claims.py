@@ -58,3 +58,22 @@ def test_bookkeeping_errors():
         Claims("empty").table()
     with pytest.raises(TypeError, match="value"):
         c.at_most("s", "a string", "abc", 1)
+
+
+def test_glue_turns_one_element_tensors_into_numbers(monkeypatch):
+    import numpy as np
+    import torch
+
+    from posbook import claims as claims_module
+
+    glued = {}
+    monkeypatch.setattr(claims_module, "_myst_glue", lambda name, value, display=False: glued.__setitem__(name, value))
+    monkeypatch.setattr(claims_module, "_in_kernel", lambda: True)
+    claims_module.glue("t", torch.tensor(8.75, dtype=torch.float64))
+    claims_module.glue("n", np.float32(0.5))
+    claims_module.glue("i", torch.tensor(7))
+    claims_module.glue("v", torch.arange(3))
+    assert glued["t"] == 8.75 and type(glued["t"]) is float
+    assert glued["n"] == 0.5 and type(glued["n"]) is float
+    assert glued["i"] == 7 and type(glued["i"]) is int
+    assert isinstance(glued["v"], torch.Tensor)  # not a single number: glued as it is

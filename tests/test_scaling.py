@@ -167,6 +167,32 @@ def test_mla_configs_rotate_qk_rope_head_dim():
     assert pb.rope_parameters(config)[0].shape == (32,)
 
 
+def test_per_layer_type_rope_dicts_match_gemma4():
+    from transformers import Gemma4TextConfig
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding
+
+    config = dict(hidden_size=1024, num_attention_heads=8, num_key_value_heads=4, head_dim=256, global_head_dim=512,
+                  num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"],
+                  rope_parameters={"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                      "rope_theta": 1e6},
+                                   "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+    hf = Gemma4TextRotaryEmbedding(Gemma4TextConfig(**copy.deepcopy(config)))
+    for layer_type in ("full_attention", "sliding_attention"):
+        ours, _ = pb.rope_parameters(config, layer_type=layer_type)
+        torch.testing.assert_close(ours, getattr(hf, f"{layer_type}_inv_freq"), rtol=RTOL, atol=0)
+    assert pb.rope_parameters(config, layer_type="full_attention")[0].count_nonzero() == 64
+    with pytest.raises(ValueError, match="layer_type"):
+        pb.rope_parameters(config)
+
+
+def test_mla_partial_factor_must_agree_with_qk_rope_head_dim():
+    v4 = dict(hidden_size=4096, num_attention_heads=64, head_dim=512, qk_rope_head_dim=64,
+              partial_rotary_factor=0.125, rope_theta=1e4)
+    assert pb.rope_parameters(v4)[0].shape == (32,)
+    with pytest.raises(ValueError, match="qk_rope_head_dim"):
+        pb.rope_parameters(dict(v4, partial_rotary_factor=0.25))
+
+
 def test_rope_spec_reads_both_forms_alike():
     legacy = pb.rope_spec(dict(BASE, rope_theta=5e5, rope_scaling={"type": "linear", "factor": 2.0}))
     v5 = pb.rope_spec(dict(BASE, rope_parameters={"rope_type": "linear", "rope_theta": 5e5, "factor": 2.0}))
@@ -193,12 +219,18 @@ def test_dynamic_ntk_keys_must_be_cached_before_rotation():
         cos, sin = pb.rope_cos_sin(pos, inv_freq, dtype=torch.float64)
         return pb.apply_rope(x, cos, sin)
 
-    # Full recomputation at length 256: every key rotated with the spectrum for 256.
-    reference = rotate(q[-1:], positions[-1:], 256) @ rotate(k, positions, 256).T
-    # Cache filled while the sequence was 64 long (no scaling yet), extended token by token afterwards.
-    cached_rotated = torch.cat([rotate(k[:64], positions[:64], 64)] +
-                               [rotate(k[t:t + 1], positions[t:t + 1], t + 1) for t in range(64, 256)])
-    stale = rotate(q[-1:], positions[-1:], 256) @ cached_rotated.T
-    fresh = rotate(q[-1:], positions[-1:], 256) @ rotate(k, positions, 256).T  # cache raw keys, rotate at use
-    torch.testing.assert_close(fresh, reference, rtol=0, atol=0)
-    assert (stale - reference).abs().max() > 1.0
+    def scores(offset, cache_raw):
+        pos = positions + offset
+        q_rot = rotate(q[-1:], pos[-1:], 256)
+        if cache_raw:  # keys cached before rotation, rotated at use with the current spectrum
+            keys = rotate(k, pos, 256)
+        else:          # keys rotated when they arrived: 64 at once (no scaling yet), then one per step
+            keys = torch.cat([rotate(k[:64], pos[:64], 64)] +
+                             [rotate(k[t:t + 1], pos[t:t + 1], t + 1) for t in range(64, 256)])
+        return q_rot @ keys.T
+
+    # Cached raw keys give scores that depend only on distance: shifting every position changes nothing.
+    torch.testing.assert_close(scores(0, True), scores(1000, True), rtol=1e-9, atol=1e-9)
+    # Cached rotated keys mix spectra: the scores move with absolute position and differ from recomputation.
+    assert (scores(0, False) - scores(0, True)).abs().max() > 1.0
+    assert (scores(0, False) - scores(1000, False)).abs().max() > 1.0

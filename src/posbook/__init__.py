@@ -8,7 +8,9 @@ Each mechanism lives in one module, in the order data flows through an attention
 whole layer. :mod:`posbook.claims` checks the numbers the chapters state.
 """
 
-from .analysis import rope_decay_bound
+from .analysis import (cosine_sum, fast_planes, normal_ks_distance, position_aliasing, position_inversion_rate,
+                       rope_decay_bound, rope_plane_terms, rope_score_by_distance, score_moments, score_term_moments,
+                       split_moments, token_aliasing_rate, token_inversion_rate)
 from .attention import IMPLS, NORMALISERS, attention, llama4_attention_scale, local_attention, swan_log_scale
 from .bias import T5RelativeBias, alibi_bias, alibi_slopes, relative_positions, t5_relative_buckets
 from .claims import ClaimError, Claims, glue
@@ -19,8 +21,9 @@ from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, kv_cache_bytes, kv_cach
 from .masks import MASK_KINDS, attention_mask, block_mask, mask_mod
 from .norms import QKNorm, RMSNorm, rms_norm
 from .rope import LAYOUTS, apply_rope, half_to_interleaved, interleaved_to_half, rope_cos_sin
-from .scaling import (ROPE_TYPES, RopeSpec, default_inv_freq, rope_parameters, rope_spec, yarn_get_mscale,
-                      yarn_ramp_bounds)
+from .scaling import (ROPE_TYPES, RopeSpec, default_inv_freq, frequency_ratio, ramp_gamma, ramp_weights,
+                      rope_parameters, rope_spec, rope_turns, rope_wavelengths, yarn_get_mscale, yarn_ramp_bounds,
+                      yarn_softmax_scale)
 from .stability import (attention_entropy, entropy_lower_bound, extremal_logits, qk_clip_, qk_clip_factors,
                         qk_clip_mla_, softcap)
 
@@ -34,5 +37,9 @@ __all__ = [
     "interleaved_to_half", "kv_cache_bytes", "kv_cache_bytes_per_token", "kv_values_per_layer", "lambda_init",
     "layer_kinds", "llama4_attention_scale", "local_attention", "mask_mod", "model_config", "models", "qk_clip_", "qk_clip_factors",
     "qk_clip_mla_", "relative_positions", "rms_norm", "rope_cos_sin", "rope_decay_bound", "rope_parameters",
-    "rope_spec", "softcap", "swan_log_scale", "t5_relative_buckets", "yarn_get_mscale", "yarn_ramp_bounds",
+    "cosine_sum", "fast_planes", "normal_ks_distance", "position_aliasing", "position_inversion_rate",
+    "rope_plane_terms", "rope_score_by_distance", "score_moments", "score_term_moments", "split_moments",
+    "token_aliasing_rate", "token_inversion_rate",
+    "rope_spec", "rope_turns", "rope_wavelengths", "ramp_gamma", "ramp_weights", "frequency_ratio",
+    "yarn_softmax_scale", "softcap", "swan_log_scale", "t5_relative_buckets", "yarn_get_mscale", "yarn_ramp_bounds",
 ]

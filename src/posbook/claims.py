@@ -185,6 +185,12 @@ class ClaimsTable:
 def glue(name: str, value: Any, *, display: bool = False) -> None:
     """Glue a value for the prose ({glue:text}`name`); a no-op where myst-nb is not installed."""
     if _myst_glue is not None and _in_kernel():
+        # A one-element tensor or array is glued as the number it holds, so prose can format it ({glue:text}`x:.2f`).
+        if hasattr(value, "item") and getattr(value, "size", None) is not None and not isinstance(value, (int, float)):
+            try:
+                value = value.item()
+            except (ValueError, RuntimeError):
+                pass
         if isinstance(value, Real) and not isinstance(value, (bool, int)):
             value = float(value)
         _myst_glue(name, value, display=display)

@@ -88,7 +88,7 @@ class RopeSpec:
     params: Mapping[str, Any] = field(default_factory=dict)
 
 
-def rope_spec(config: Mapping[str, Any]) -> RopeSpec:
+def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeSpec:
     """Read a Hugging Face-style config dict into a :class:`RopeSpec`, rejecting anything ambiguous or unknown.
 
     Accepted forms::
@@ -98,7 +98,15 @@ def rope_spec(config: Mapping[str, Any]) -> RopeSpec:
          "num_attention_heads": 32, "max_position_embeddings": 32768}
 
     ``rope_scaling: None`` (or no rope dict at all) means the default spectrum. The legacy key ``type`` is read as
-    ``rope_type``.
+    ``rope_type``. Multimodal RoPE's ``mrope_section``/``mrope_interleaved`` are accepted with the default type:
+    for text, every section sees the same position, so the spectrum is the 1-D one.
+
+    Configs with one rope dict per layer type (Gemma 3/4: ``{"full_attention": {...}, "sliding_attention": {...}}``)
+    need ``layer_type``; as in Hugging Face, that dict's rope_theta wins over the top-level one, and
+    ``"full_attention"`` layers use ``global_head_dim`` when the config has it.
+
+    MLA configs (DeepSeek, Kimi K2) rotate ``qk_rope_head_dim`` dimensions. If the config also gives
+    ``partial_rotary_factor`` (DeepSeek-V4: head_dim 512 × 0.125), int(head_dim · factor) must equal it.
     """
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
@@ -111,12 +119,19 @@ def rope_spec(config: Mapping[str, Any]) -> RopeSpec:
     if not isinstance(rope, Mapping):
         key = "rope_parameters" if has_v5 else "rope_scaling"
         raise TypeError(f"config[{key!r}] must be a dict or None, got {type(rope).__name__} {rope!r}")
-    if any(isinstance(v, Mapping) for v in rope.values()):
-        raise ValueError("config holds one rope dict per layer type; pass the dict of one layer type, e.g. "
-                         "{**config, 'rope_parameters': config['rope_parameters']['full_attention']}")
+    nested = any(isinstance(v, Mapping) for v in rope.values())
+    if nested:
+        if layer_type is None:
+            raise ValueError(f"config holds one rope dict per layer type; pass layer_type, one of {sorted(rope)}")
+        _checks.choice("layer_type", layer_type, sorted(rope))
+        rope = rope[layer_type]
+    elif layer_type is not None:
+        _checks.choice("layer_type", layer_type, ("full_attention", "sliding_attention", "chunked_attention"))
 
     rope_type = _rope_type(rope)
     theta_inside, theta_outside = rope.get("rope_theta"), config.get("rope_theta")
+    if nested and theta_inside is not None:
+        theta_outside = None  # the layer type's own value wins, as in Hugging Face
     if theta_inside is not None and theta_outside is not None and theta_inside != theta_outside:
         raise ValueError(f"rope_theta is given twice with different values: {theta_inside!r} inside the rope dict "
                          f"and {theta_outside!r} at the top level of config")
@@ -125,14 +140,19 @@ def rope_spec(config: Mapping[str, Any]) -> RopeSpec:
         raise ValueError("config must give rope_theta (at the top level, or inside rope_parameters), got neither")
     rope_theta = _check_theta(rope_theta, "rope_theta")
 
-    head_dim = _head_dim(config)
     partial = rope.get("partial_rotary_factor", config.get("partial_rotary_factor"))
+    given_partial = partial is not None
     partial = 1.0 if partial is None else partial
     _checks.number("partial_rotary_factor", partial, positive=True)
     if partial > 1:
         raise ValueError(f"partial_rotary_factor must be in (0, 1], got {partial!r}")
+    head_dim = _head_dim(config, layer_type, mla_rope=not given_partial)
     # Hugging Face truncates head_dim·partial_rotary_factor to an int; an odd result cannot be split into planes.
     rotary_dim = int(head_dim * partial)
+    mla_rope = config.get("qk_rope_head_dim")
+    if given_partial and mla_rope is not None and rotary_dim != mla_rope:
+        raise ValueError(f"int(head_dim · partial_rotary_factor) = int({head_dim} · {partial}) = {rotary_dim} "
+                         f"disagrees with qk_rope_head_dim={mla_rope}")
     if rope_type != "proportional" and (rotary_dim < 2 or rotary_dim % 2):
         raise ValueError(f"rotary_dim = int(head_dim · partial_rotary_factor) = int({head_dim} · {partial}) = "
                          f"{rotary_dim} must be even and >= 2")
@@ -143,7 +163,9 @@ def rope_spec(config: Mapping[str, Any]) -> RopeSpec:
     if max_pos is not None:
         _checks.number("max_position_embeddings", max_pos, integer=True, positive=True)
 
-    unknown = set(rope) - _TYPE_KEYS[rope_type] - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
+    ignored = {"mrope_section", "mrope_interleaved"} if rope_type == "default" else set()
+    unknown = (set(rope) - _TYPE_KEYS[rope_type] - ignored
+               - {"rope_type", "type", "rope_theta", "partial_rotary_factor"})
     if unknown:
         raise ValueError(f"rope dict has key(s) {sorted(unknown)} that rope_type {rope_type!r} does not use; "
                          f"expected some of {sorted(_TYPE_KEYS[rope_type])}")
@@ -164,11 +186,13 @@ def _rope_type(rope: Mapping[str, Any]) -> str:
     return _checks.choice("rope_type", rope_type, ROPE_TYPES)
 
 
-def _head_dim(config: Mapping[str, Any]) -> int:
+def _head_dim(config: Mapping[str, Any], layer_type: str | None, mla_rope: bool) -> int:
     # MLA (DeepSeek-V2/V3, Kimi K2) rotates only the decoupled rotary part of each head, qk_rope_head_dim wide;
     # Hugging Face's DeepSeek configs set head_dim to it for the same reason.
-    if config.get("qk_rope_head_dim") is not None:
+    if mla_rope and config.get("qk_rope_head_dim") is not None:
         return int(_checks.number("qk_rope_head_dim", config["qk_rope_head_dim"], integer=True, positive=True))
+    if layer_type == "full_attention" and config.get("global_head_dim") is not None:
+        return int(_checks.number("global_head_dim", config["global_head_dim"], integer=True, positive=True))
     head_dim = config.get("head_dim")
     if head_dim is not None:
         return int(_checks.number("head_dim", head_dim, integer=True, positive=True))
@@ -252,7 +276,7 @@ def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
     :func:`rope_parameters` folds it into cos and sin, so every q·k logit is multiplied by its square.
     """
     _checks.number("scale", scale, positive=True)
-    _checks.number("mscale", mscale)
+    _checks.number("mscale", mscale, min_value=0)
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
@@ -316,6 +340,9 @@ def _yarn(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
         _checks.number("attention_factor", attention_factor, positive=True)
     else:
         mscale, mscale_all_dim = spec.params.get("mscale"), spec.params.get("mscale_all_dim")
+        for name, value in (("mscale", mscale), ("mscale_all_dim", mscale_all_dim)):
+            if value is not None:
+                _checks.number(name, value, min_value=0)
         if mscale and mscale_all_dim:
             # DeepSeek-V2/V3 form: the ratio is 1 when mscale == mscale_all_dim; those models put
             # yarn_get_mscale(factor, mscale_all_dim)² into the softmax scale instead (chapter "Context extension").
@@ -367,7 +394,8 @@ _RULES: dict[str, Callable[[RopeSpec, int | None], tuple[torch.Tensor, float]]] 
 }
 
 
-def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, dtype: torch.dtype = torch.float32,
+def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, layer_type: str | None = None,
+                    dtype: torch.dtype = torch.float32,
                     device: torch.device | str | None = None) -> tuple[torch.Tensor, float]:
     """Inverse frequencies and attention factor for a Hugging Face-style config: ``(inv_freq, attention_factor)``.
 
@@ -375,6 +403,7 @@ def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, dt
         config: a plain dict as in a model's config.json (see :func:`rope_spec` for the accepted forms and keys).
         seq_len: the current sequence length; only ``"dynamic"`` reads it (at most max_position_embeddings means
             no scaling).
+        layer_type: which layer type's rope dict to use, for configs with one per layer type (Gemma 3/4).
         dtype: dtype of ``inv_freq`` (computed in float64, rounded once).
         device: device of ``inv_freq``.
 
@@ -383,9 +412,124 @@ def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, dt
         and ``attention_factor``, the number that multiplies cos and sin (YaRN's attention scaling; 1.0 for the
         other types). Pass both to :func:`posbook.rope.rope_cos_sin`.
     """
-    spec = rope_spec(config)
+    spec = rope_spec(config, layer_type)
     if seq_len is not None:
         _checks.number("seq_len", seq_len, integer=True, positive=True)
     _checks.dtype("dtype", dtype)
     inv_freq, attention_factor = _RULES[spec.rope_type](spec, seq_len)
     return inv_freq.to(dtype=dtype, device=device), float(attention_factor)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading a spectrum: wavelengths, turns over a length, the NTK-by-parts ramp, and what a rescaling did per plane.
+# Chapter "Context extension: PI, NTK, YaRN and llama3" uses these to compare methods and real models' configs.
+# ---------------------------------------------------------------------------------------------------------------
+
+def _spectrum_tensor(name: str, inv_freq: Any) -> torch.Tensor:
+    _checks.tensor(name, inv_freq, ndim=1, floating=True)
+    _checks.finite(name, inv_freq)
+    if bool((inv_freq < 0).any()):
+        raise ValueError(f"{name} must hold frequencies >= 0, got {_checks._show(inv_freq)} with negative entries")
+    return inv_freq
+
+
+def rope_wavelengths(inv_freq: torch.Tensor) -> torch.Tensor:
+    """Wavelength 2π/θ_i of every plane, in tokens: after that many positions plane i has turned once.
+
+    Planes with θ_i = 0 (the unrotated planes of ``"proportional"`` RoPE) get an infinite wavelength. The result
+    has the dtype of ``inv_freq``; pass a float64 spectrum for exact counts near a threshold.
+    """
+    inv_freq = _spectrum_tensor("inv_freq", inv_freq)
+    return torch.where(inv_freq > 0, 2 * math.pi / inv_freq, torch.full_like(inv_freq, math.inf))
+
+
+def rope_turns(inv_freq: torch.Tensor, length: float) -> torch.Tensor:
+    """How many full turns each plane completes over ``length`` tokens: r_i = length·θ_i/(2π) = length/λ_i.
+
+    This is YaRN's r(d) = L/λ_d (Peng et al. 2023) with L the original context. A plane with r_i < 1 never
+    completes a turn within ``length``: the angles it reaches beyond that length are ones it has never seen.
+    """
+    inv_freq = _spectrum_tensor("inv_freq", inv_freq)
+    _checks.number("length", length, positive=True)
+    return inv_freq * (float(length) / (2 * math.pi))
+
+
+def ramp_gamma(turns: torch.Tensor, alpha: float = 1.0, beta: float = 32.0) -> torch.Tensor:
+    """The NTK-by-parts ramp of the YaRN paper, linear in the number of turns r: γ = 0 below α, 1 above β.
+
+    γ(r) = clamp((r − α)/(β − α), 0, 1). A plane keeps its frequency where γ = 1 and is interpolated by the
+    factor s where γ = 0: θ' = θ·(γ + (1 − γ)/s). With α = β the ramp is a step, γ = 1 exactly where r > β
+    (Llama 4's equal ``low_freq_factor`` and ``high_freq_factor``; Kimi K2's ``beta_fast == beta_slow``).
+
+    ``"llama3"`` scaling is this ramp with α = ``low_freq_factor``, β = ``high_freq_factor`` and r counted over
+    ``original_max_position_embeddings``. ``"yarn"`` as implemented (reference code, Hugging Face, posbook) blends
+    linearly in the plane index between the planes where r = β and r = α instead; :func:`ramp_weights` returns
+    the γ a config actually uses.
+    """
+    _checks.tensor("turns", turns, floating=True)
+    _checks.number("alpha", alpha, min_value=0.0)
+    _checks.number("beta", beta, min_value=0.0)
+    if beta < alpha:
+        raise ValueError(f"beta must be >= alpha (turns), got alpha={alpha!r}, beta={beta!r}")
+    if bool(torch.isnan(turns).any()) or bool((turns < 0).any()):
+        raise ValueError(f"turns must be >= 0 and not NaN, got {_checks._show(turns)}")
+    if alpha == beta:
+        return (turns > beta).to(turns.dtype)
+    return ((turns - alpha) / (beta - alpha)).clamp(0, 1)
+
+
+def frequency_ratio(config: Mapping[str, Any], seq_len: int | None = None, *,
+                    layer_type: str | None = None) -> torch.Tensor:
+    """θ'_i/θ_i in float64: what a config's rescaling does to each plane's frequency.
+
+    θ_i is the unscaled RoFormer spectrum of the same ``rope_theta`` (over rotary_dim, or over head_dim for
+    ``"proportional"``, whose unrotated planes give 0). 1 means the plane is untouched, 1/factor means it is
+    interpolated like position interpolation. ``seq_len`` (``"dynamic"``) and ``layer_type`` (configs with one rope
+    dict per layer type) are passed on to :func:`rope_parameters`.
+    """
+    spec = rope_spec(config, layer_type)
+    scaled, _ = rope_parameters(config, seq_len, layer_type=layer_type, dtype=torch.float64)
+    reference = _spectrum(2 * scaled.numel(), spec.rope_theta)
+    return scaled / reference
+
+
+_BLEND_TYPES = ("linear", "ntk", "ntk_by_parts", "yarn", "llama3")
+
+
+def ramp_weights(config: Mapping[str, Any], *, layer_type: str | None = None) -> torch.Tensor:
+    """Per-plane weight γ_i with θ'_i = θ_i·(γ_i + (1 − γ_i)/s), recovered from the config's own spectrum.
+
+    s is the config's ``factor`` (for ``"yarn"`` without one, max_position_embeddings /
+    original_max_position_embeddings). γ = 1: the plane keeps its frequency (extrapolation); γ = 0: it is divided
+    by s (interpolation). Position interpolation gives γ = 0 everywhere, the NTK-aware base change a smooth
+    geometric curve, YaRN a ramp linear in the plane index, llama3 a ramp linear in turns (:func:`ramp_gamma`).
+    Defined for rope types whose rule is such a blend: ``"linear"``, ``"ntk"``, ``"ntk_by_parts"``, ``"yarn"``,
+    ``"llama3"``; the factor must be > 1. ``layer_type`` selects the rope dict of configs that have one per layer type.
+    """
+    spec = rope_spec(config, layer_type)
+    if spec.rope_type not in _BLEND_TYPES:
+        raise ValueError(f"ramp_weights needs a rope_type that blends θ and θ/factor, one of {_BLEND_TYPES}; got "
+                         f"{spec.rope_type!r} (use frequency_ratio for any type)")
+    factor = _yarn_factor(spec) if spec.rope_type == "yarn" else _factor(spec)
+    if factor == 1:
+        raise ValueError("factor must be > 1 to tell interpolation from extrapolation, got 1")
+    ratio = frequency_ratio(config, layer_type=layer_type)
+    return (ratio * factor - 1) / (factor - 1)
+
+
+def yarn_softmax_scale(config: Mapping[str, Any], *, layer_type: str | None = None) -> float:
+    """The multiplier DeepSeek-style attention puts on its softmax scale: yarn_get_mscale(factor, mscale_all_dim)².
+
+    DeepSeek-V2/V3 and Kimi K2 configs give ``mscale`` and ``mscale_all_dim``. Their cos/sin factor is the ratio
+    yarn_get_mscale(s, mscale)/yarn_get_mscale(s, mscale_all_dim), exactly 1 when the two are equal (see
+    :func:`rope_parameters`); the length scaling then enters as this factor on the softmax scale, so it reaches
+    all q·k dimensions, the unrotated ones included. Same rule as Hugging Face's ``yarn_apply_mscale`` in the
+    DeepSeek modeling code; 1.0 for configs without a (non-zero) ``mscale_all_dim``. ``layer_type`` as in
+    :func:`rope_parameters`.
+    """
+    spec = rope_spec(config, layer_type)
+    mscale_all_dim = spec.params.get("mscale_all_dim")
+    if spec.rope_type == "default" or not mscale_all_dim:
+        return 1.0
+    _checks.number("mscale_all_dim", mscale_all_dim)
+    return yarn_get_mscale(_yarn_factor(spec), mscale_all_dim) ** 2
