@@ -385,7 +385,7 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: 
 
     * ``chunked``: the sequence is cut into chunks of ``chunk_size`` and each chunk is an ordinary causal
       attention, T·chunk_size/2 scores instead of T²/2.
-    * ``sliding``: queries go in blocks of ``block_size`` (default window/4); a block's keys are the ``window``
+    * ``sliding``: queries go in blocks of ``block_size`` (default window/2); a block's keys are the ``window``
       positions before it plus itself, W + B keys per query instead of T/2 on average.
 
     q, k, v: [batch, H(q or kv), T, d] with equal T (training or prefill; decoding against a cache uses
@@ -427,7 +427,7 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: 
     if window is None:
         raise ValueError("kind='sliding' needs window, got None")
     _checks.number("window", window, integer=True, positive=True)
-    block = max(1, window // 4) if block_size is None else _checks.number("block_size", block_size, integer=True,
+    block = max(1, window // 2) if block_size is None else _checks.number("block_size", block_size, integer=True,
                                                                           positive=True)
     n_blocks = -(-t // block)
     pad = n_blocks * block - t
