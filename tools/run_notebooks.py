@@ -65,7 +65,8 @@ def main() -> int:
            "-p", "no:cacheprovider", f"--junitxml={REPORTS / 'notebooks.xml'}", "-o", "junit_family=xunit2",
            "-c", str(EXECUTED / "pytest.ini"), "--rootdir", str(EXECUTED), *(["-n", workers] if workers != "1" else []), *map(str, copies)]
     print("run_notebooks:", len(copies), "notebooks", flush=True)
-    code = subprocess.call(cmd, cwd=EXECUTED)
+    # The book is static HTML: interactive figures show their small multiples only (posbook.viz.STATIC_ENV).
+    code = subprocess.call(cmd, cwd=EXECUTED, env={**os.environ, "POSBOOK_STATIC_FIGURES": "1"})
     if code != 0:
         return code
 

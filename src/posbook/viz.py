@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import io
 import math
+import os
 from typing import Any, Callable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
+
+MAX_FIGURE_WIDTH = 7.5
+"""The widest static figure in inches. The book's text column is about 7.3 inches wide, and a wider figure is
+scaled down, its text with it."""
+
+STATIC_ENV = "POSBOOK_STATIC_FIGURES"
+"""When this environment variable is "1" (the book build sets it), interactive figures show only their static
+small multiples: sliders on a static page would move without redrawing anything."""
 
 _STYLE = {
     "figure.dpi": 110,
@@ -36,7 +45,9 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Any], sta
     """Show ``draw(ax, **params)`` as small multiples over ``static``, then as a live ipywidgets figure.
 
     The small multiples are an ordinary image, so the rendered book keeps a meaningful figure where no kernel runs;
-    the sliders (``sliders``: name → ipywidgets control) redraw a single panel in Jupyter or Colab.
+    the sliders (``sliders``: name → ipywidgets control) redraw a single panel in Jupyter or Colab. The static
+    figure is at most :data:`MAX_FIGURE_WIDTH` inches wide (panels shrink to fit). With the environment variable
+    :data:`STATIC_ENV` set to "1", as in the book build, only the static figure is shown.
     """
     if not static:
         raise ValueError("static must list at least one parameter set for the static figure")
@@ -45,7 +56,8 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Any], sta
         raise ValueError(f"static uses parameters {sorted(unknown)} that have no slider; sliders: {sorted(sliders)}")
     rows = math.ceil(len(static) / ncols)
     cols = min(ncols, len(static))
-    fig, axes = plt.subplots(rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * rows),
+    shrink = min(1.0, MAX_FIGURE_WIDTH / (panel_size[0] * cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(panel_size[0] * cols * shrink, panel_size[1] * rows * shrink),
                              squeeze=False, constrained_layout=True)
     for ax, params in zip(axes.flat, static):
         draw(ax, **params)
@@ -54,6 +66,8 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Any], sta
     if title:
         fig.suptitle(title)
     plt.show()
+    if os.environ.get(STATIC_ENV) == "1":
+        return
 
     import ipywidgets
     from IPython.display import display
