@@ -77,3 +77,17 @@ def test_glue_turns_one_element_tensors_into_numbers(monkeypatch):
     assert glued["n"] == 0.5 and type(glued["n"]) is float
     assert glued["i"] == 7 and type(glued["i"]) is int
     assert isinstance(glued["v"], torch.Tensor)  # not a single number: glued as it is
+
+
+def test_sci_writes_numbers_for_prose():
+    import pytest as _pytest
+
+    import posbook as pb
+
+    assert pb.sci(3.8e7) == "3.8\u00a0×\u00a010⁷"
+    assert pb.sci(-4.96e-7, 2) == "−4.96\u00a0×\u00a010⁻⁷"
+    assert pb.sci(1) == "1.0\u00a0×\u00a010⁰"
+    with _pytest.raises(ValueError, match="finite"):
+        pb.sci(float("inf"))
+    with _pytest.raises(TypeError, match="digits"):
+        pb.sci(1.0, 1.5)

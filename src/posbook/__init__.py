@@ -13,7 +13,7 @@ from .analysis import (cosine_sum, fast_planes, normal_ks_distance, position_ali
                        split_moments, token_aliasing_rate, token_inversion_rate)
 from .attention import IMPLS, NORMALISERS, attention, llama4_attention_scale, local_attention, swan_log_scale
 from .bias import T5RelativeBias, alibi_bias, alibi_slopes, relative_positions, t5_relative_buckets
-from .claims import ClaimError, Claims, glue
+from .claims import ClaimError, Claims, glue, sci
 from .device import default_device
 from .diff_attention import DiffAttention, lambda_init
 from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, kv_cache_bytes, kv_cache_bytes_per_token,
@@ -40,6 +40,6 @@ __all__ = [
     "cosine_sum", "fast_planes", "normal_ks_distance", "position_aliasing", "position_inversion_rate",
     "rope_plane_terms", "rope_score_by_distance", "score_moments", "score_term_moments", "split_moments",
     "token_aliasing_rate", "token_inversion_rate",
-    "rope_spec", "rope_turns", "rope_wavelengths", "ramp_gamma", "ramp_weights", "frequency_ratio",
+    "sci", "rope_spec", "rope_turns", "rope_wavelengths", "ramp_gamma", "ramp_weights", "frequency_ratio",
     "yarn_softmax_scale", "softcap", "swan_log_scale", "t5_relative_buckets", "yarn_get_mscale", "yarn_ramp_bounds",
 ]

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
+from . import _checks
+
 try:  # myst-nb is there when the book is built; on Colab the glue is simply not needed.
     from myst_nb import glue as _myst_glue
 except ImportError:  # pragma: no cover - exercised only where myst-nb is absent
@@ -41,16 +43,30 @@ class Claim:
     source: str | None
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def sci(x: Any, digits: int = 1) -> str:
+    """A number for prose, tables and figures as "m × 10ⁿ", with a true minus sign and no-break spaces
+    (``sci(3.8e7)`` → "3.8 × 10⁷", ``sci(-4.96e-7, 2)`` → "−4.96 × 10⁻⁷"), instead of Python's "3.8e+07"."""
+    _checks.number("digits", digits, integer=True, min_value=0)
+    value = float(_as_number("x", x))
+    if not math.isfinite(value):
+        raise ValueError(f"x must be finite, got {value!r}")
+    mantissa, exponent = f"{value:.{digits}e}".split("e")
+    return f"{mantissa.replace('-', '−')}\u00a0×\u00a010{str(int(exponent)).translate(_SUPERSCRIPT)}"
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, int):
-        return f"{value:,}"
+        return f"{value:,}".replace("-", "−")
     if isinstance(value, Real):
         v = float(value)
         if v == 0 or (1e-3 <= abs(v) < 1e5):
-            return f"{v:.6g}"
-        return f"{v:.3e}"
+            return f"{v:.6g}".replace("-", "−")
+        return sci(v, 3) if math.isfinite(v) else str(v)
     return str(value)
 
 
