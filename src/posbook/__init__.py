@@ -8,9 +8,9 @@ Each mechanism lives in one module, in the order data flows through an attention
 whole layer. :mod:`posbook.claims` checks the numbers the chapters state.
 """
 
-from .analysis import (cosine_sum, fast_planes, normal_ks_distance, position_aliasing, position_inversion_rate,
+from .analysis import (attention_mass, cosine_sum, fast_planes, normal_ks_distance, position_aliasing, position_inversion_rate,
                        rope_decay_bound, rope_plane_terms, rope_score_by_distance, score_moments, score_term_moments,
-                       split_moments, token_aliasing_rate, token_inversion_rate)
+                       split_moments, token_aliasing_rate, token_inversion_rate, gradient_influence)
 from .attention import IMPLS, NORMALISERS, attention, llama4_attention_scale, local_attention, swan_log_scale
 from .bias import T5RelativeBias, alibi_bias, alibi_slopes, relative_positions, t5_relative_buckets
 from .claims import ClaimError, Claims, glue, sci
@@ -37,7 +37,7 @@ __all__ = [
     "interleaved_to_half", "kv_cache_bytes", "kv_cache_bytes_per_token", "kv_values_per_layer", "lambda_init",
     "layer_kinds", "llama4_attention_scale", "local_attention", "mask_mod", "model_config", "models", "qk_clip_", "qk_clip_factors",
     "qk_clip_mla_", "relative_positions", "rms_norm", "rope_cos_sin", "rope_decay_bound", "rope_parameters",
-    "cosine_sum", "fast_planes", "normal_ks_distance", "position_aliasing", "position_inversion_rate",
+    "attention_mass", "gradient_influence", "cosine_sum", "fast_planes", "normal_ks_distance", "position_aliasing", "position_inversion_rate",
     "rope_plane_terms", "rope_score_by_distance", "score_moments", "score_term_moments", "split_moments",
     "token_aliasing_rate", "token_inversion_rate",
     "sci", "rope_spec", "rope_turns", "rope_wavelengths", "ramp_gamma", "ramp_weights", "frequency_ratio",

@@ -1,0 +1,224 @@
+"""NoPE's two theorems as exact weights (Kazemnejad et al. 2023), explained in chapter 6 (``ch06_nope``).
+
+Theorem 1: with a causal mask and an anchor token (⟨bos⟩) at position 1, one attention head of the first layer
+writes 1/t into a chosen hidden dimension at position t, and the layer's ReLU MLP can turn 1/t into t.
+Theorem 2: once t sits in the residual stream, a later head's score is ⟨q_t, k_i⟩ = content + (i − t).
+
+Conventions: a hidden state is ``[T, d_model]`` (one sequence, positions 1..T in the text, rows 0..T−1 in code);
+head weights are ``[head_dim, d_model]`` (q = W_Q h), the output weight ``[d_model, head_dim]``. The first three
+hidden dimensions (code indices 0, 1, 2) are the construction's: a constant 1, a ⟨bos⟩ flag, the position slot.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .. import _checks
+from ..attention import attention
+
+ONE, BOS_FLAG, POSITION = 0, 1, 2
+"""The three hidden dimensions the constructions use (indices 0, 1, 2). Dimension ONE holds the constant 1,
+BOS_FLAG marks the ⟨bos⟩ token, POSITION is the slot that comes to hold 1/t (then t)."""
+
+
+def _dims(d_model: Any, head_dim: Any) -> None:
+    _checks.number("d_model", d_model, integer=True, positive=True)
+    _checks.number("head_dim", head_dim, integer=True, positive=True)
+    if d_model < 3:
+        raise ValueError(f"d_model must be >= 3 (the construction uses three hidden dimensions), got {d_model}")
+
+
+def theorem1_weights(vocab_size: int, d_model: int, head_dim: int, *, bos_id: int = 0,
+                     generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """Weights of Theorem 1's first layer: embedding, W_Q, W_K, W_V, W_O of one causal NoPE head.
+
+    * embedding ``[vocab_size, d_model]``: dimension 0 is 1 for every token, dimension 1 is 1 only for ``bos_id``,
+      dimension 2 is 0; the other dimensions are random (content the construction never reads);
+    * W_K ``[head_dim, d_model]`` reads only dimension 0, so every key is the all-ones vector;
+    * W_Q is random: with equal keys it cannot matter;
+    * W_V reads only dimension 1 into the value's first entry, so only ⟨bos⟩ has a non-zero value;
+    * W_O ``[d_model, head_dim]`` writes the value's first entry into dimension 2.
+
+    Run causally, position t (1-based) attends uniformly over t keys and dimension 2 of the output is 1/t.
+    """
+    _checks.number("vocab_size", vocab_size, integer=True, positive=True)
+    _dims(d_model, head_dim)
+    _checks.number("bos_id", bos_id, integer=True, min_value=0)
+    if bos_id >= vocab_size:
+        raise ValueError(f"bos_id must be < vocab_size={vocab_size}, got {bos_id}")
+    _checks.dtype("dtype", dtype)
+    embedding = torch.randn(vocab_size, d_model, generator=generator, dtype=torch.float64)
+    embedding[:, ONE] = 1.0
+    embedding[:, BOS_FLAG] = 0.0
+    embedding[bos_id, BOS_FLAG] = 1.0
+    embedding[:, POSITION] = 0.0
+    w_q = torch.randn(head_dim, d_model, generator=generator, dtype=torch.float64)
+    w_k = torch.zeros(head_dim, d_model, dtype=torch.float64)
+    w_k[:, ONE] = 1.0
+    w_v = torch.zeros(head_dim, d_model, dtype=torch.float64)
+    w_v[0, BOS_FLAG] = 1.0
+    w_o = torch.zeros(d_model, head_dim, dtype=torch.float64)
+    w_o[POSITION, 0] = 1.0
+    out = {"embedding": embedding, "w_q": w_q, "w_k": w_k, "w_v": w_v, "w_o": w_o}
+    return {name: w.to(dtype) for name, w in out.items()}
+
+
+def attention_block(hidden: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+                    w_o: torch.Tensor, *, causal: bool = True, return_weights: bool = False):
+    """One NoPE attention head on one sequence: W_O · attention(W_Q h, W_K h, W_V h), no position anywhere.
+
+    ``hidden`` is ``[T, d_model]``; the result (the head's contribution to the residual stream) is too. Scores are
+    scaled by 1/√head_dim as usual and normalised by softmax (:func:`posbook.attention.attention`, reference path).
+    With ``return_weights`` the ``[T, T]`` attention weights come back as well.
+    """
+    _checks.tensor("hidden", hidden, ndim=2, floating=True)
+    d_model = hidden.shape[1]
+    for name, w, shape in (("w_q", w_q, None), ("w_k", w_k, None), ("w_v", w_v, None)):
+        _checks.tensor(name, w, ndim=2, floating=True)
+        if w.shape[1] != d_model:
+            raise ValueError(f"{name} must be [head_dim, d_model={d_model}], got {tuple(w.shape)}")
+    if w_q.shape != w_k.shape:
+        raise ValueError(f"w_q and w_k must have one shape, got {tuple(w_q.shape)} and {tuple(w_k.shape)}")
+    _checks.tensor("w_o", w_o, ndim=2, floating=True)
+    if w_o.shape != (d_model, w_v.shape[0]):
+        raise ValueError(f"w_o must be [d_model={d_model}, head_dim={w_v.shape[0]}], got {tuple(w_o.shape)}")
+    q, k, v = (hidden @ w.T for w in (w_q, w_k, w_v))
+    res = attention(q[None, None], k[None, None], v[None, None], causal=causal, return_weights=return_weights,
+                    impl="reference")
+    out, weights = res if return_weights else (res, None)
+    out = out[0, 0] @ w_o.T
+    return (out, weights[0, 0]) if return_weights else out
+
+
+def reciprocal_mlp(positions: torch.Tensor, *, d_model: int, read: int = POSITION, write: int = POSITION,
+                   keep_input: bool = False, dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """A one-hidden-layer ReLU MLP that maps x = 1/t to t exactly at the given positions (Theorem 1's last step).
+
+    The MLP reads hidden dimension ``read`` and adds its output to dimension ``write``:
+    ``mlp(h) = W_2 · relu(W_1 h + b_1) + b_2``. Its output is the piecewise-linear interpolant of 1/x through the
+    knots (1/t, t), one ReLU per segment (len(positions) − 1 units, plus one when ``keep_input`` is False). With
+    ``keep_input=False`` (default) it writes t − 1/t, so that the residual stream, which already holds 1/t in that
+    dimension, ends up holding t; with ``keep_input=True`` it writes t itself (use it when ``write != read``).
+    Below the smallest knot 1/T the output stays T: the counter saturates past the positions it was built for.
+
+    ``positions``: strictly increasing integers ≥ 1 (1-D tensor), at least two of them.
+    Returns a dict with ``w1 [units, d_model]``, ``b1 [units]``, ``w2 [d_model, units]``, ``b2 [d_model]``.
+    """
+    _checks.tensor("positions", positions, ndim=1)
+    if positions.is_floating_point() or positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"positions must hold integers, got dtype {positions.dtype}")
+    if positions.numel() < 2:
+        raise ValueError(f"positions must hold at least two positions, got {positions.tolist()}")
+    if bool((positions < 1).any()) or bool((positions[1:] <= positions[:-1]).any()):
+        raise ValueError(f"positions must be strictly increasing integers >= 1, got {positions.tolist()[:8]}...")
+    _checks.number("d_model", d_model, integer=True, positive=True)
+    for name, idx in (("read", read), ("write", write)):
+        _checks.number(name, idx, integer=True, min_value=0)
+        if idx >= d_model:
+            raise ValueError(f"{name} must be < d_model={d_model}, got {idx}")
+    if not isinstance(keep_input, bool):
+        raise TypeError(f"keep_input must be a bool, got {type(keep_input).__name__} {keep_input!r}")
+    _checks.dtype("dtype", dtype)
+    t = positions.double().flip(0)                     # decreasing t: knots x = 1/t increasing
+    x, y = 1.0 / t, t
+    slopes = (y[1:] - y[:-1]) / (x[1:] - x[:-1])       # slope of each segment, −t(t+1) between neighbours
+    gains = torch.cat([slopes[:1], slopes[1:] - slopes[:-1]])  # each ReLU adds its change of slope
+    units = gains.numel() + (0 if keep_input else 1)
+    w1 = torch.zeros(units, d_model, dtype=torch.float64)
+    b1 = torch.zeros(units, dtype=torch.float64)
+    w2 = torch.zeros(d_model, units, dtype=torch.float64)
+    b2 = torch.zeros(d_model, dtype=torch.float64)
+    w1[: gains.numel(), read] = 1.0
+    b1[: gains.numel()] = -x[:-1]
+    w2[write, : gains.numel()] = gains
+    b2[write] = y[0]
+    if not keep_input:
+        # x > 0, so relu(x) = x: one more unit subtracts the 1/t already in the residual stream.
+        w1[-1, read] = 1.0
+        w2[write, -1] = -1.0
+    out = {"w1": w1, "b1": b1, "w2": w2, "b2": b2}
+    return {name: w.to(dtype) for name, w in out.items()}
+
+
+def mlp_block(hidden: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``W_2 · relu(W_1 h + b_1) + b_2`` for each row of ``hidden [T, d_model]`` (the MLP's residual contribution)."""
+    _checks.tensor("hidden", hidden, ndim=2, floating=True)
+    if not isinstance(weights, dict) or set(weights) != {"w1", "b1", "w2", "b2"}:
+        raise ValueError(f"weights must be a dict with keys w1, b1, w2, b2 (see reciprocal_mlp), got {weights!r:.80}")
+    if weights["w1"].shape[1] != hidden.shape[1]:
+        raise ValueError(f"weights['w1'] must be [units, d_model={hidden.shape[1]}], got {tuple(weights['w1'].shape)}")
+    return torch.relu(hidden @ weights["w1"].T + weights["b1"]) @ weights["w2"].T + weights["b2"]
+
+
+def theorem2_weights(d_model: int, head_dim: int, *, generator: torch.Generator | None = None,
+                     content_reads_position: bool = False,
+                     dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """W_Q, W_K of Theorem 2: with t in hidden dimension 2, ⟨q_t, k_i⟩ = content + (i − t).
+
+    Rows 0 and 1: q = (1, −t, …) (W_Q reads dimension 0, and minus dimension 2), k = (i, 1, …) (W_K reads dimension
+    2, then dimension 0), so the first two entries contribute i − t. The other head_dim − 2 rows are random and
+    give the content term; they skip dimension 2 (and the other construction dimensions), because a row that read
+    the position in both W_Q and W_K would add a term proportional to t·i, which is not relative. Set
+    ``content_reads_position=True`` to let them read it and see the relative form break.
+    """
+    _dims(d_model, head_dim)
+    if head_dim < 2:
+        raise ValueError(f"head_dim must be >= 2 (two entries carry the relative term), got {head_dim}")
+    if not isinstance(content_reads_position, bool):
+        raise TypeError(f"content_reads_position must be a bool, got {content_reads_position!r}")
+    _checks.dtype("dtype", dtype)
+    w_q = torch.randn(head_dim, d_model, generator=generator, dtype=torch.float64)
+    w_k = torch.randn(head_dim, d_model, generator=generator, dtype=torch.float64)
+    if not content_reads_position:
+        w_q[2:, :3] = 0.0
+        w_k[2:, :3] = 0.0
+    w_q[:2] = 0.0
+    w_k[:2] = 0.0
+    w_q[0, ONE], w_q[1, POSITION] = 1.0, -1.0
+    w_k[0, POSITION], w_k[1, ONE] = 1.0, 1.0
+    return {"w_q": w_q.to(dtype), "w_k": w_k.to(dtype)}
+
+
+def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Jensen–Shannon divergence (natural log) between distributions along the last dimension; 0 ≤ D_JS ≤ ln 2.
+
+    D_JS(P‖Q) = ½ KL(P‖M) + ½ KL(Q‖M) with M = (P + Q)/2; terms with zero probability contribute 0.
+    """
+    for name, x in (("p", p), ("q", q)):
+        _checks.tensor(name, x, ndim_min=1, floating=True)
+        _checks.finite(name, x)
+        if bool((x < 0).any()):
+            raise ValueError(f"{name} must be non-negative (probabilities)")
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must have one shape, got {tuple(p.shape)} and {tuple(q.shape)}")
+    m = (p + q) / 2
+
+    def kl(a: torch.Tensor) -> torch.Tensor:
+        ratio = torch.where(a > 0, a / torch.where(m > 0, m, 1.0), 1.0)
+        return (a * torch.log(ratio)).sum(-1)
+
+    # clamp: rounding can leave −1e−17 where the exact value is 0
+    return ((kl(p) + kl(q)) / 2).clamp_min(0.0)
+
+
+def pattern_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The NoPE paper's distance between two layers' attention patterns: the minimum over head pairs (P, Q) of
+    (1/T) Σ_t D_JS(P_t ‖ Q_t).
+
+    ``a`` is ``[heads_a, T, T]``, ``b`` is ``[heads_b, T, T]``: row t of a head is its attention distribution at
+    query t. Smaller means more similar; 0 when some head of ``a`` equals some head of ``b``.
+    """
+    _checks.tensor("a", a, ndim=3, floating=True)
+    _checks.tensor("b", b, ndim=3, floating=True)
+    if a.shape[1:] != b.shape[1:]:
+        raise ValueError(f"a and b must have the same [T, T] patterns, got {tuple(a.shape)} and {tuple(b.shape)}")
+    shape = (a.shape[0], b.shape[0], *a.shape[1:])
+    per_pair = js_divergence(a[:, None].expand(shape), b[None, :].expand(shape)).mean(-1)   # [heads_a, heads_b]
+    return per_pair.min()
+
+
+__all__ = ["ONE", "BOS_FLAG", "POSITION", "theorem1_weights", "attention_block", "reciprocal_mlp", "mlp_block",
+           "theorem2_weights", "js_divergence", "pattern_distance"]

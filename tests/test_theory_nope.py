@@ -1,0 +1,83 @@
+"""Tests for posbook.theory.nope: Theorem 1's counter, the reciprocal MLP, Theorem 2's relative term, JS distance."""
+
+import math
+
+import pytest
+import torch
+
+from posbook.theory import nope
+
+
+def _layer1(T, vocab=20, d=10, h=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = nope.theorem1_weights(vocab, d, h, generator=g)
+    ids = torch.cat([torch.tensor([0]), torch.randint(1, vocab, (T - 1,), generator=g)])
+    hidden = w["embedding"][ids]
+    return w, hidden, hidden + nope.attention_block(hidden, w["w_q"], w["w_k"], w["w_v"], w["w_o"])
+
+
+def test_theorem1_counter_is_exact():
+    T = 200
+    _, _, h1 = _layer1(T)
+    t = torch.arange(1, T + 1, dtype=torch.float64)
+    assert torch.equal(h1[:, nope.POSITION], 1.0 / t)
+
+
+def test_without_causal_mask_every_position_reads_one_over_T():
+    T = 17
+    w, h0, _ = _layer1(T)
+    out = nope.attention_block(h0, w["w_q"], w["w_k"], w["w_v"], w["w_o"], causal=False)
+    assert torch.allclose(out[:, nope.POSITION], torch.full((T,), 1.0 / T, dtype=torch.float64), rtol=0, atol=1e-15)
+
+
+def test_reciprocal_mlp_recovers_t_and_saturates():
+    T = 64
+    _, _, h1 = _layer1(T)
+    mlp = nope.reciprocal_mlp(torch.arange(1, T + 1), d_model=h1.shape[1])
+    h2 = h1 + nope.mlp_block(h1, mlp)
+    t = torch.arange(1, T + 1, dtype=torch.float64)
+    assert (h2[:, nope.POSITION] - t).abs().max() < 1e-9
+    keep = nope.reciprocal_mlp(torch.arange(1, T + 1), d_model=h1.shape[1], write=3, keep_input=True)
+    x = torch.zeros(3, h1.shape[1], dtype=torch.float64)
+    x[:, nope.POSITION] = torch.tensor([1.0 / T, 1.0 / (2 * T), 1e-9])
+    assert torch.allclose(nope.mlp_block(x, keep)[:, 3], torch.full((3,), float(T), dtype=torch.float64))
+
+
+def test_theorem2_relative_term():
+    T, d = 40, 10
+    _, _, h1 = _layer1(T, d=d)
+    h2 = h1 + nope.mlp_block(h1, nope.reciprocal_mlp(torch.arange(1, T + 1), d_model=d))
+    w = nope.theorem2_weights(d, 6, generator=torch.Generator().manual_seed(1))
+    q, k = h2 @ w["w_q"].T, h2 @ w["w_k"].T
+    t = torch.arange(1, T + 1, dtype=torch.float64)
+    rel = q @ k.T - q[:, 2:] @ k[:, 2:].T
+    assert torch.allclose(rel, t[None, :] - t[:, None], atol=1e-9)
+
+
+def test_js_divergence_and_pattern_distance():
+    p = torch.tensor([1.0, 0.0])
+    q = torch.tensor([0.0, 1.0])
+    assert math.isclose(float(nope.js_divergence(p, q)), math.log(2), rel_tol=1e-6)
+    assert float(nope.js_divergence(p, p)) == 0.0
+    a = torch.softmax(torch.randn(3, 5, 5), -1)
+    b = torch.cat([torch.softmax(torch.randn(2, 5, 5), -1), a[1:2]])
+    assert float(nope.pattern_distance(a, b)) == pytest.approx(0.0, abs=1e-7)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: nope.theorem1_weights(10, 2, 4), "d_model"),
+    (lambda: nope.theorem1_weights(10, 8, 4, bos_id=10), "bos_id"),
+    (lambda: nope.theorem1_weights(10, 8, 4.0), "head_dim"),
+    (lambda: nope.reciprocal_mlp(torch.tensor([1, 1, 2]), d_model=4), "positions"),
+    (lambda: nope.reciprocal_mlp(torch.tensor([1.0, 2.0]), d_model=4), "positions"),
+    (lambda: nope.reciprocal_mlp(torch.tensor([1, 2]), d_model=4, read=4), "read"),
+    (lambda: nope.theorem2_weights(8, 1), "head_dim"),
+    (lambda: nope.js_divergence(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0, 0.0])), "shape"),
+    (lambda: nope.js_divergence(torch.tensor([-0.5, 1.5]), torch.tensor([1.0, 0.0])), "non-negative"),
+    (lambda: nope.pattern_distance(torch.rand(2, 3, 3), torch.rand(2, 4, 4)), "patterns"),
+    (lambda: nope.attention_block(torch.rand(3, 5).double(), *[torch.rand(2, 4).double()] * 3,
+                                  torch.rand(5, 2).double()), "w_q"),
+])
+def test_bad_input(call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call()
