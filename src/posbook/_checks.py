@@ -66,3 +66,13 @@ def dtype(name: str, value: Any, *, floating: bool = True) -> torch.dtype:
     if floating and not value.is_floating_point:
         raise TypeError(f"{name} must be a floating-point dtype, got {value}")
     return value
+
+
+def query_key_lengths(q_len: Any, k_len: Any) -> tuple[int, int]:
+    """q_len and k_len (default: q_len), queries being the last q_len of k_len positions."""
+    k_len = q_len if k_len is None else k_len
+    number("q_len", q_len, integer=True, positive=True)
+    number("k_len", k_len, integer=True, positive=True)
+    if k_len < q_len:
+        raise ValueError(f"k_len must be >= q_len (queries are the last q_len positions), got k_len={k_len}, q_len={q_len}")
+    return q_len, k_len

@@ -408,10 +408,11 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: 
             raise ValueError(f"query_scale must have one factor per position ({t}), got {tuple(query_scale.shape)}")
         q = q * query_scale.to(q.dtype)[:, None]
 
+    from .masks import local_size
+
+    # The size the other kind would use is ignored here (the model passes both), so only this kind's is checked.
+    local_size(kind, window=window if kind == "sliding" else None, chunk_size=chunk_size if kind == "chunked" else None)
     if kind == "chunked":
-        if chunk_size is None:
-            raise ValueError("kind='chunked' needs chunk_size, got None")
-        _checks.number("chunk_size", chunk_size, integer=True, positive=True)
         n_chunks = -(-t // chunk_size)
         pad = n_chunks * chunk_size - t
 
@@ -424,9 +425,6 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: 
         out = out.view(batch, n_chunks, hq, chunk_size, v.shape[-1]).transpose(1, 2).flatten(2, 3)
         return out[:, :, :t]
 
-    if window is None:
-        raise ValueError("kind='sliding' needs window, got None")
-    _checks.number("window", window, integer=True, positive=True)
     block = max(1, window // 2) if block_size is None else _checks.number("block_size", block_size, integer=True,
                                                                           positive=True)
     n_blocks = -(-t // block)

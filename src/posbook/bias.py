@@ -21,11 +21,7 @@ def relative_positions(q_len: int, k_len: int | None = None, *, device: torch.de
     Queries are the last ``q_len`` of the ``k_len`` positions (a decoding step with a KV cache has q_len = 1),
     so the diagonal of the last query block is 0 and past keys have negative entries.
     """
-    k_len = q_len if k_len is None else k_len
-    _checks.number("q_len", q_len, integer=True, positive=True)
-    _checks.number("k_len", k_len, integer=True, positive=True)
-    if k_len < q_len:
-        raise ValueError(f"k_len must be >= q_len (queries are the last q_len positions), got k_len={k_len}, q_len={q_len}")
+    q_len, k_len = _checks.query_key_lengths(q_len, k_len)
     q_pos = torch.arange(k_len - q_len, k_len, device=device)
     return torch.arange(k_len, device=device)[None, :] - q_pos[:, None]
 

@@ -26,6 +26,21 @@ the query's own), ``chunked`` (causal within fixed blocks of ``chunk_size`` posi
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def local_size(kind: str, *, window: int | None, chunk_size: int | None) -> int | None:
+    """The size a local kind needs (``window`` for sliding, ``chunk_size`` for chunked), checked; None otherwise.
+
+    Each size belongs to one kind: giving it with another kind is an error, not silently ignored.
+    """
+    for name, value, owner in (("window", window, "sliding"), ("chunk_size", chunk_size, "chunked")):
+        if kind == owner:
+            if value is None:
+                raise ValueError(f"kind={owner!r} needs {name}, got None")
+            _checks.number(name, value, integer=True, positive=True)
+        elif value is not None:
+            raise ValueError(f"{name} only applies to kind={owner!r}, got {name}={value!r} with kind={kind!r}")
+    return window if kind == "sliding" else chunk_size if kind == "chunked" else None
+
+
 def mask_mod(kind: str, *, window: int | None = None, chunk_size: int | None = None, q_offset: int = 0) -> MaskMod:
     """The rule ``allowed(batch, head, q_idx, kv_idx) -> bool tensor`` in flex_attention's ``mask_mod`` form.
 
@@ -35,18 +50,7 @@ def mask_mod(kind: str, *, window: int | None = None, chunk_size: int | None = N
     """
     _checks.choice("kind", kind, MASK_KINDS)
     _checks.number("q_offset", q_offset, integer=True, min_value=0)
-    if kind == "sliding":
-        if window is None:
-            raise ValueError("kind='sliding' needs window (the number of keys a query sees), got None")
-        _checks.number("window", window, integer=True, positive=True)
-    elif window is not None:
-        raise ValueError(f"window only applies to kind='sliding', got window={window!r} with kind={kind!r}")
-    if kind == "chunked":
-        if chunk_size is None:
-            raise ValueError("kind='chunked' needs chunk_size, got None")
-        _checks.number("chunk_size", chunk_size, integer=True, positive=True)
-    elif chunk_size is not None:
-        raise ValueError(f"chunk_size only applies to kind='chunked', got chunk_size={chunk_size!r} with kind={kind!r}")
+    local_size(kind, window=window, chunk_size=chunk_size)
 
     def full(b, h, q_idx, kv_idx):
         return (q_idx + q_offset) >= 0  # all True, shaped like q_idx
@@ -65,19 +69,10 @@ def mask_mod(kind: str, *, window: int | None = None, chunk_size: int | None = N
     return {"full": full, "causal": causal, "sliding": sliding, "chunked": chunked}[kind]
 
 
-def _lengths(q_len: int, k_len: int | None) -> tuple[int, int]:
-    k_len = q_len if k_len is None else k_len
-    _checks.number("q_len", q_len, integer=True, positive=True)
-    _checks.number("k_len", k_len, integer=True, positive=True)
-    if k_len < q_len:
-        raise ValueError(f"k_len must be >= q_len (queries are the last q_len positions), got k_len={k_len}, q_len={q_len}")
-    return q_len, k_len
-
-
 def attention_mask(kind: str, q_len: int, k_len: int | None = None, *, window: int | None = None,
                    chunk_size: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
     """Boolean mask [q_len, k_len], True where query i may attend to key j."""
-    q_len, k_len = _lengths(q_len, k_len)
+    q_len, k_len = _checks.query_key_lengths(q_len, k_len)
     rule = mask_mod(kind, window=window, chunk_size=chunk_size, q_offset=k_len - q_len)
     q_idx = torch.arange(q_len, device=device)[:, None]
     kv_idx = torch.arange(k_len, device=device)[None, :]
@@ -93,7 +88,7 @@ def block_mask(kind: str, q_len: int, k_len: int | None = None, *, window: int |
     """
     from torch.nn.attention.flex_attention import create_block_mask
 
-    q_len, k_len = _lengths(q_len, k_len)
+    q_len, k_len = _checks.query_key_lengths(q_len, k_len)
     _checks.number("block_size", block_size, integer=True, positive=True)
     rule = mask_mod(kind, window=window, chunk_size=chunk_size, q_offset=k_len - q_len)
     return create_block_mask(rule, B=None, H=None, Q_LEN=q_len, KV_LEN=k_len, device=device, BLOCK_SIZE=block_size)

@@ -11,7 +11,6 @@ hidden dimensions (code indices 0, 1, 2) are the construction's: a constant 1, a
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
