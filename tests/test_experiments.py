@@ -50,6 +50,25 @@ def test_pattern_repeats_and_bad_patterns_are_named():
         GPTConfig(qk_norm="some")
 
 
+@pytest.mark.parametrize("code", ["R", "S", "N"])
+def test_attention_temperature_divides_every_logit(code):
+    # Temperature τ divides q·k; without QK-Norm that is the same model with W_Q scaled by 1/τ.
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pattern=code, **TINY)).double()
+    idx = torch.randint(0, 256, (2, 20))
+    sharp = GPT(GPTConfig(pattern=code, **TINY, attn_temperature=0.25)).double()
+    sharp.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.q_proj.weight *= 4
+    torch.testing.assert_close(sharp(idx), model(idx), rtol=1e-12, atol=1e-12)
+    # Read at every forward: changing it on a built model takes effect at once.
+    sharp.config.attn_temperature = 1.0
+    assert not torch.allclose(sharp(idx), model(idx))
+    with pytest.raises(ValueError, match="attn_temperature"):
+        GPTConfig(attn_temperature=0.0)
+
+
 @pytest.mark.parametrize("code, kind, option", [("S", "sliding", "window"), ("C", "chunked", "chunk_size")])
 def test_local_layers_equal_masked_reference_attention(code, kind, option):
     torch.manual_seed(0)

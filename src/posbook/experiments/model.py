@@ -76,6 +76,7 @@ class GPTConfig:
     llama4_attn_scale: float = 0.1
     sinks: bool = False                  # a learned sink logit per head in every layer
     softcap: float | None = None
+    attn_temperature: float = 1.0        # every layer's logits are divided by it (read at each forward, so it can change mid-run)
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
     layer_codes: list[str] = field(init=False)
@@ -108,6 +109,7 @@ class GPTConfig:
             raise ValueError(f"rope_fraction must be in (0, 1], got {self.rope_fraction}")
         if self.softcap is not None:
             _checks.number("softcap", self.softcap, positive=True)
+        _checks.number("attn_temperature", self.attn_temperature, positive=True)
         self.layer_codes = [self.pattern[i % len(self.pattern)] for i in range(self.n_layer)]
 
     @property
@@ -176,6 +178,9 @@ class Attention(nn.Module):
         if self.code in ROTARY_CODES:
             cos, sin = self.cos[:t], self.sin[:t]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if config.attn_temperature != 1.0:
+            # Dividing q divides every logit q·k (and every ALiBi/T5 bias is added after, unscaled, as in attention()).
+            q = q / config.attn_temperature
 
         query_scale = None
         if self.code == "N" and config.logit_scaling != "none":
