@@ -117,3 +117,61 @@ def test_model_table_rope_configs_all_load_or_are_known_exceptions():
         except ValueError as error:
             failures[name] = str(error)
     assert set(failures) <= set(NO_FLAT_ROPE), failures
+
+
+# ---- the calculator and its neighbours (chapter "Heads, head_dim and the KV cache") ----------------------------
+import json
+
+import posbook.kvcache as kvc
+
+
+def test_format_bytes_uses_binary_units():
+    assert kvc.format_bytes(393_216) == "384 KiB"
+    assert kvc.format_bytes(87.75 * GIB) == "87.75 GiB"
+    assert kvc.format_bytes(1000) == "1,000 B"
+    with pytest.raises(ValueError, match="nbytes"):
+        kvc.format_bytes(-1)
+
+
+def test_calculator_reads_json_text_nested_text_config_and_interval_hybrids():
+    text = json.dumps({"model_type": "vlm", "text_config": dict(num_hidden_layers=8, num_attention_heads=4,
+                                                                num_key_value_heads=2, head_dim=64,
+                                                                full_attention_interval=4)})
+    rows = kvc.kv_cache_table(text, seq_lens=[10, 20])
+    assert [r["kv_bytes"] for r in rows] == [2 * 2 * 2 * 64 * 2 * 10, 2 * 2 * 2 * 64 * 2 * 20]  # 2 of 8 layers
+    assert all(r["indexer_bytes"] == 0 for r in rows)
+    assert "| 10 |" in kvc.kv_cache_table(text, seq_lens=[10], markdown=True)
+    with pytest.raises(ValueError, match="JSON"):
+        kvc.kv_cache_table("{not json")
+    with pytest.raises(TypeError, match="seq_lens"):
+        kvc.kv_cache_table(text, seq_lens=4096)
+
+
+def test_indexer_keys_are_counted_beside_the_mla_latent():
+    glm = pb.model_config("GLM-5.3")
+    assert kvc.indexer_values_per_layer(glm) == 128
+    assert pb.kv_cache_bytes_per_token(kvc.without_indexer(glm)) == 89_856
+    row = kvc.kv_cache_table(glm, seq_lens=[1 << 20])[0]
+    assert row["kv_bytes"] == 87.75 * GIB and row["indexer_bytes"] == 78 * 128 * 2 * (1 << 20)
+    assert kvc.cache_kind(glm) == "MLA + indexer"
+
+
+def test_linear_state_of_the_anchor_is_144_mib():
+    state = kvc.linear_state_bytes(pb.model_config("Qwen3.8-27B"))
+    assert state["layers"] == 48 and state["recurrent"] == 144 * 1024 ** 2
+    assert state["conv"] == 48 * (2 * 16 * 128 + 48 * 128) * 3 * 4
+    assert kvc.linear_state_bytes(pb.model_config("Llama-3.1-8B"))["recurrent"] == 0
+
+
+def test_attention_costs_scale_with_heads_but_mla_cache_does_not():
+    k2, v3 = pb.model_config("Kimi-K2"), pb.model_config("DeepSeek-V3")
+    a, b = kvc.attention_costs(k2, 1000), kvc.attention_costs(v3, 1000)
+    assert b["core_flops"] == 2 * a["core_flops"] and b["head_params"] == 2 * a["head_params"]
+    assert a["kv_values"] == b["kv_values"] == 576
+    with pytest.raises(ValueError, match="context_len"):
+        kvc.attention_costs(k2, -1)
+
+
+def test_deepseek_v4_configs_without_compress_ratios_are_refused():
+    with pytest.raises(ValueError, match="o_groups"):
+        pb.kv_cache_bytes_per_token(kvc.without_indexer(pb.model_config("DeepSeek-V4-Pro")))

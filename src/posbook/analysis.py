@@ -546,3 +546,104 @@ def gradient_influence(model: torch.nn.Module, embedding: torch.nn.Module, idx: 
     grad = captured[0].grad[:, : t + 1].to(torch.float64)          # [batch, t+1, dim]
     norms = grad.norm(dim=-1).mean(dim=0)                           # per source position j
     return norms.flip(0)                                            # index d = t − j
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Entropy collapse (chapter "Entropy collapse").
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def logit_rows_with_norm(n: int, norms: torch.Tensor | list[float], count: int, *,
+                         generator: torch.Generator | None = None) -> torch.Tensor:
+    """Random rows of ``n`` logits in uniformly random directions, centred and scaled to each given norm.
+
+    Softmax ignores a common shift, so only the centred part of a row matters; the rows returned have mean zero
+    and centred 2-norm exactly ``norms[i]`` (float64). Used to hold sampled rows against
+    :func:`posbook.stability.entropy_lower_bound`.
+
+    Args:
+        n: keys per row (at least 2).
+        norms: 1-D sequence of non-negative norms R.
+        count: rows drawn per norm.
+        generator: optional torch.Generator for reproducibility.
+    Returns:
+        float64 tensor [len(norms), count, n].
+    """
+    _checks.number("n", n, integer=True, min_value=2)
+    _checks.number("count", count, integer=True, positive=True)
+    radii = torch.as_tensor(norms, dtype=torch.float64)
+    if radii.ndim != 1 or radii.numel() == 0:
+        raise ValueError(f"norms must be a non-empty 1-D sequence, got shape {tuple(radii.shape)}")
+    if not bool(torch.isfinite(radii).all()) or bool((radii < 0).any()):
+        raise ValueError(f"norms must be finite and >= 0, got {norms!r}")
+    z = torch.randn(radii.numel(), count, n, generator=generator, dtype=torch.float64)
+    z = z - z.mean(dim=-1, keepdim=True)
+    z = z / z.norm(dim=-1, keepdim=True)
+    return z * radii[:, None, None]
+
+
+def attention_rows(model: torch.nn.Module, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    r"""Entropy and centred logit norm of every attention row of a :class:`posbook.experiments.model.GPT`.
+
+    Runs ``model(idx)`` once without gradients inside :meth:`~posbook.experiments.model.GPT.recording_attention`
+    and recomputes each layer's weights with :func:`posbook.attention.attention` (reference path), so the rows are
+    those of the real forward pass, temperature included. For each row (layer, sequence, head, query) it returns
+    the Shannon entropy of the weights (nats) and the centred 2-norm of the logits over the keys the query can
+    see, :math:`\lVert z - \bar z\rVert_2`. For plain softmax layers (no bias, softcap, sinks or extra scales)
+    the logits are recomputed from q and k in float64, so keys whose float32 weight underflowed still count;
+    otherwise :math:`z_j = \log p_j + \text{const}` is used, which softmax's shift invariance makes exact, and a
+    row with an underflowed weight gets NaN.
+
+    Args:
+        model: a posbook.experiments GPT.
+        idx: [batch, T] token ids.
+    Returns:
+        A dict with "entropy" and "logit_norm", each float64 of shape [n_layer, batch, n_head, T].
+    """
+    from .attention import attention as reference_attention
+    from .experiments.model import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a posbook.experiments GPT, got {type(model).__name__}")
+    _checks.tensor("idx", idx, ndim=2)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), model.recording_attention() as calls:
+            model(idx)
+    finally:
+        model.train(was_training)
+
+    entropies: list[torch.Tensor] = []
+    norms: list[torch.Tensor] = []
+    with torch.no_grad():
+        for q, k, v, call in calls:
+            _, weights = reference_attention(q, k, v, return_weights=True, impl="reference", **call)
+            w = weights.to(torch.float64)
+            logs = torch.where(w > 0, w.log(), torch.zeros_like(w))
+            entropies.append(-(w * logs).sum(dim=-1))
+            tq, tk = w.shape[-2], w.shape[-1]
+            visible = torch.ones(tq, tk, dtype=torch.bool, device=w.device)
+            if call["causal"]:
+                visible = visible.tril(tk - tq)
+            if call["mask"] is not None:
+                visible = visible & call["mask"]
+            count = visible.sum(dim=-1)
+            plain = all(call[name] is None for name in ("query_scale", "bias", "softcap", "sink"))
+            if plain:
+                # Recompute the logits in float64 so that keys whose weight underflowed still count.
+                qd, kd = q.to(torch.float64), k.to(torch.float64)
+                kd = kd.repeat_interleave(qd.shape[1] // kd.shape[1], dim=1)
+                z = qd @ kd.transpose(-2, -1) / math.sqrt(qd.shape[-1])
+            else:
+                z = logs
+                visible = visible & (w > 0)
+            z = torch.where(visible, z, torch.zeros_like(z))
+            mean = z.sum(dim=-1, keepdim=True) / visible.sum(dim=-1, keepdim=True)
+            centred = torch.where(visible, z - mean, torch.zeros_like(z))
+            norm = centred.norm(dim=-1)
+            if not plain:
+                lost = visible.sum(dim=-1) < count
+                norm = torch.where(lost, torch.full_like(norm, float("nan")), norm)
+            norms.append(norm)
+    return {"entropy": torch.stack(entropies), "logit_norm": torch.stack(norms)}

@@ -447,3 +447,68 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: 
     out = F.scaled_dot_product_attention(q_blocks, k_blocks, v_blocks, attn_mask=mask, scale=scale, enable_gqa=gqa)
     out = out.view(batch, n_blocks, hq, block, v.shape[-1]).transpose(1, 2).flatten(2, 3)
     return out[:, :, :t]
+
+
+def normalise(logits: torch.Tensor, normaliser: str = "softmax", *, sink: Any = None,
+              sigmoid_bias: float | None = None) -> torch.Tensor:
+    """Turn a row of logits into attention weights with one of :data:`NORMALISERS`, along the last dimension.
+
+    The four answers to "may a head look nowhere?" (chapter "Letting attention look nowhere")::
+
+        softmax    e^{s_i} / Σ_j e^{s_j}                  every row sums to exactly 1
+        softmax1   e^{s_i} / (1 + Σ_j e^{s_j})            Miller's off-by-one: an extra logit 0 with value 0
+        sink       e^{s_i} / (e^{sink} + Σ_j e^{s_j})     a learned logit per head (GPT-OSS, DeepSeek-V4)
+        sigmoid    sigmoid(s_i + b), b = −log n by default each weight on its own (Ramapuram et al. 2024)
+
+    ``sink`` is computed without materialising the extra column: softmax(s)·sigmoid(lse(s) − sink), since
+    Σe/(Σe + e^sink) = sigmoid(lse − sink); this is stable for any sink and any logits. Entries of ``logits`` equal
+    to −inf are hidden keys (weight 0); a row that hides every key gets weight 0 everywhere (no NaN).
+
+    Args:
+        logits: floating tensor [..., n].
+        normaliser: one of :data:`NORMALISERS`.
+        sink: for ``normaliser="sink"``: a real number or a tensor broadcastable to ``logits.shape[:-1]``.
+        sigmoid_bias: b for ``normaliser="sigmoid"``; default −log n with n = ``logits.shape[-1]``.
+
+    Returns:
+        weights of the shape of ``logits``. Equal to ``attention(..., return_weights=True)``'s weights for the
+        same logits (the test suite checks it).
+    """
+    _checks.tensor("logits", logits, ndim_min=1, floating=True)
+    _checks.choice("normaliser", normaliser, NORMALISERS)
+    if bool(torch.isnan(logits).any()) or bool((logits == float("inf")).any()):
+        raise ValueError("logits must not contain NaN or +inf (−inf hides a key)")
+    if normaliser == "sink":
+        if sink is None:
+            raise ValueError("normaliser='sink' needs sink (a number or a tensor of sink logits), got None")
+        if isinstance(sink, torch.Tensor):
+            _checks.tensor("sink", sink, floating=True)
+            _checks.finite("sink", sink)
+            _broadcastable("sink", sink, tuple(logits.shape[:-1]))
+            sink = sink.to(logits.dtype)
+        else:
+            sink = torch.tensor(_checks.number("sink", sink), dtype=logits.dtype, device=logits.device)
+    elif sink is not None:
+        raise ValueError(f"sink only applies to normaliser='sink', got normaliser={normaliser!r}")
+    if sigmoid_bias is not None:
+        if normaliser != "sigmoid":
+            raise ValueError(f"sigmoid_bias only applies to normaliser='sigmoid', got normaliser={normaliser!r}")
+        _checks.number("sigmoid_bias", sigmoid_bias)
+
+    if normaliser == "sigmoid":
+        b = -math.log(logits.shape[-1]) if sigmoid_bias is None else float(sigmoid_bias)
+        return torch.sigmoid(logits + b)  # sigmoid(−inf) = 0: hidden keys drop out on their own
+    # Shift by the row max, not by the logsumexp: exp(s − lse) would carry lse's rounding (an ulp of a large lse)
+    # into every weight, so a softmax row would miss 1 by more than a few ulps.
+    row_max = logits.amax(dim=-1, keepdim=True)
+    empty = torch.isinf(row_max)  # every key hidden
+    e = torch.exp(logits - torch.where(empty, 0.0, row_max))
+    total = e.sum(dim=-1, keepdim=True)
+    p = torch.where(empty, 0.0, e / torch.where(empty, 1.0, total))
+    lse = row_max + torch.log(total)
+    if normaliser == "softmax":
+        return p
+    extra = torch.zeros((), dtype=logits.dtype, device=logits.device) if normaliser == "softmax1" else sink
+    if isinstance(extra, torch.Tensor) and extra.ndim:
+        extra = extra.unsqueeze(-1)
+    return p * torch.sigmoid(lse - extra)

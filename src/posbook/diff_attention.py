@@ -25,7 +25,12 @@ from .rope import apply_rope
 
 
 def lambda_init(layer: int) -> float:
-    """λ_init(l) = 0.8 − 0.6·exp(−0.3·(l − 1)) for layer l = 1, 2, … (0.2 at the first layer, → 0.8 with depth)."""
+    """λ_init(l) = 0.8 − 0.6·exp(−0.3·(l − 1)) for layer l = 1, 2, … (0.2 at the first layer, → 0.8 with depth).
+
+    The paper counts layers from 1; the reference code (microsoft/unilm, ``lambda_init_fn(depth)``) writes
+    0.8 − 0.6·exp(−0.3·depth) with a 0-based depth. Both give 0.2 for the first layer. Passing a 0-based index
+    into the 1-based formula gives −0.0099 for the first layer instead, which is why layer 0 is rejected here.
+    """
     _checks.number("layer", layer, integer=True, positive=True)
     return 0.8 - 0.6 * math.exp(-0.3 * (layer - 1))
 
@@ -38,9 +43,11 @@ class DiffAttention(nn.Module):
         n_heads: number of differential heads h; each has two query/key halves of size head_dim = d_model/(2h)
             and a value of size 2·head_dim.
         layer: 1-based layer index l, for λ_init(l).
+        head_norm: keep the per-head RMSNorm (the paper's GroupNorm, default); ``False`` drops it, as in the
+            paper's ablation, and keeps the fixed (1 − λ_init) multiplier.
     """
 
-    def __init__(self, d_model: int, n_heads: int, *, layer: int):
+    def __init__(self, d_model: int, n_heads: int, *, layer: int, head_norm: bool = True):
         super().__init__()
         _checks.number("d_model", d_model, integer=True, positive=True)
         _checks.number("n_heads", n_heads, integer=True, positive=True)
@@ -54,7 +61,9 @@ class DiffAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
         self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
             nn.Parameter(torch.randn(self.head_dim) * 0.1) for _ in range(4))
-        self.head_norm = RMSNorm(2 * self.head_dim, eps=1e-5)
+        if not isinstance(head_norm, bool):
+            raise TypeError(f"head_norm must be a bool, got {type(head_norm).__name__} {head_norm!r}")
+        self.head_norm = RMSNorm(2 * self.head_dim, eps=1e-5) if head_norm else nn.Identity()
 
     def lam(self) -> torch.Tensor:
         """λ, shared by all heads of the layer; any real value, reached through two exponentials."""
@@ -64,6 +73,24 @@ class DiffAttention(nn.Module):
     def kv_cache_values_per_token(self) -> int:
         """Numbers cached per token: K₁ and K₂ (from k_proj) plus V (from v_proj), read off the projections."""
         return self.k_proj.out_features + self.v_proj.out_features
+
+    def head_rms(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Root mean square of each head's output (A₁ − λA₂)V before the per-head norm, over batch and positions: [h].
+
+        These are the "head statistics" the per-head norm equalises (chapter "Differential attention").
+        """
+        _checks.tensor("x", x, ndim=3, floating=True)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x.shape[-1] must be d_model={self.d_model}, got {x.shape[-1]}")
+        batch, t, _ = x.shape
+        h, d = self.n_heads, self.head_dim
+        q = self.q_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
+        k = self.k_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
+        v = self.v_proj(x).view(batch, t, h, 2 * d).transpose(1, 2)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        heads = attention(q[0], k[0], v, causal=True) - self.lam() * attention(q[1], k[1], v, causal=True)
+        return heads.square().mean(dim=(0, 2, 3)).sqrt()
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
                 return_maps: bool = False):
@@ -90,3 +117,35 @@ class DiffAttention(nn.Module):
         heads = self.head_norm(out1 - lam * out2) * (1 - self.lambda_init)
         out = self.out_proj(heads.transpose(1, 2).reshape(batch, t, self.d_model))
         return (out, a1 - lam * a2) if return_maps else out
+
+
+def differential_weights(scores1: torch.Tensor, scores2: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:
+    """softmax(scores1) − λ·softmax(scores2) over the last dimension: the differential attention map.
+
+    Each softmax row sums to 1, so each row of the result sums to 1 − λ. Common-mode parts of the two maps cancel
+    to the extent that λ matches their ratio (chapter "Differential attention").
+    """
+    _checks.tensor("scores1", scores1, ndim_min=1, floating=True)
+    _checks.tensor("scores2", scores2, ndim_min=1, floating=True)
+    if scores1.shape != scores2.shape:
+        raise ValueError(f"scores2 must have the shape of scores1 {tuple(scores1.shape)}, got {tuple(scores2.shape)}")
+    if not isinstance(lam, torch.Tensor):
+        _checks.number("lam", lam)
+    return torch.softmax(scores1, dim=-1) - lam * torch.softmax(scores2, dim=-1)
+
+
+def needle_to_distractor_ratio(weights: torch.Tensor, needle: int) -> torch.Tensor:
+    r"""How far the needle stands out of the rest: :math:`\lvert w_n\rvert / \operatorname{mean}_{j\ne n}\lvert w_j\rvert`
+    along the last dimension (:math:`n` = ``needle``).
+
+    Absolute values, because a differential map can put negative weight on distractors.
+    """
+    _checks.tensor("weights", weights, ndim_min=1, floating=True)
+    n = weights.shape[-1]
+    if isinstance(needle, bool) or not isinstance(needle, int) or not 0 <= needle < n:
+        raise ValueError(f"needle must be an int index in [0, {n}), got {needle!r}")
+    if n < 2:
+        raise ValueError(f"weights must have at least 2 keys along the last dimension, got {n}")
+    mag = weights.abs()
+    rest = torch.cat((mag[..., :needle], mag[..., needle + 1:]), dim=-1)
+    return mag[..., needle] / rest.mean(dim=-1)

@@ -45,6 +45,9 @@ UNMODELLED_KEYS = {
     "index_topk": "lightning-indexer keys cached next to the latents (DeepSeek sparse attention)",
     "kv_source_layer_ids": "KV shared across layers",
     "num_kv_shared_layers": "KV shared across layers (Gemma 3n/4)",
+    # DeepSeek-V4 configs may omit compress_ratios (V4-Pro in models.json); its grouped output projection still
+    # marks the compressed-KV attention family, which a plain MQA count would overstate.
+    "o_groups": "DeepSeek-V4 attention with compressed KV blocks (compress_ratios may be missing from the config)",
 }
 
 
@@ -147,3 +150,194 @@ def model_config(name: str) -> dict[str, Any]:
     :func:`posbook.scaling.rope_parameters`."""
     _checks.choice("name", name, sorted(_models()))
     return copy.deepcopy(_models()[name]["config"])
+
+
+# ---- Chapter "Heads, head_dim and the KV cache": the calculator and the costs that sit next to the cache ----------
+
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(nbytes: float, digits: int = 2) -> str:
+    """``nbytes`` in binary units (1 KiB = 1024 B): ``format_bytes(393216) == "384 KiB"``, trailing zeros dropped.
+
+    Used by :func:`kv_cache_table`; see the chapter "Heads, head_dim and the KV cache".
+    """
+    _checks.number("nbytes", nbytes, min_value=0)
+    _checks.number("digits", digits, integer=True, min_value=0)
+    value, unit = float(nbytes), 0
+    while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
+        value, unit = value / 1024, unit + 1
+    text = f"{value:,.{digits}f}".rstrip("0").rstrip(".") if digits else f"{value:,.0f}"
+    return f"{text} {_BINARY_UNITS[unit]}"
+
+
+def parse_config(config: Mapping[str, Any] | str) -> dict[str, Any]:
+    """A Hugging Face config (a dict, or the text of a ``config.json``) made flat for this module.
+
+    The language part of a multimodal config (``text_config``) is lifted to the top level, and a hybrid config
+    that gives only ``full_attention_interval`` (every n-th layer is full attention, the rest linear attention,
+    as in Qwen3-Next and Qwen3.5) gets the ``layer_types`` list transformers derives from it. Nothing else is
+    changed; the result is a new dict.
+    """
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"config must be valid JSON text, got a string that does not parse ({error})") from None
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict or the JSON text of one, got {type(config).__name__}")
+    flat = copy.deepcopy(dict(config))
+    text = flat.pop("text_config", None)
+    if text is not None:
+        if not isinstance(text, Mapping):
+            raise TypeError(f"text_config must be a dict, got {type(text).__name__}")
+        flat.update(copy.deepcopy(dict(text)))
+    interval = flat.get("full_attention_interval")
+    if flat.get("layer_types") is None and interval is not None:
+        n_layers = _int_key(flat, "num_hidden_layers")
+        every = int(_checks.number("full_attention_interval", interval, integer=True, positive=True))
+        flat["layer_types"] = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
+                               for i in range(n_layers)]
+    return flat
+
+
+def indexer_values_per_layer(config: Mapping[str, Any]) -> int:
+    """Numbers a DeepSeek-sparse-attention layer caches per token for its lightning indexer, 0 without one.
+
+    The indexer scores each past token with one key of ``index_head_dim`` numbers, shared by all
+    ``index_n_heads`` indexer heads (DeepSeek-V3.2, eq. 1), so this is ``index_head_dim`` when the config has an
+    ``index_topk``. It is cached next to the MLA latent, which is why :func:`kv_values_per_layer` refuses such
+    configs.
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    if config.get("index_topk") in (None, 0):
+        return 0
+    return _int_key(config, "index_head_dim")
+
+
+def without_indexer(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` without the lightning-indexer keys, so that :func:`kv_values_per_layer` counts the
+    attention cache (the MLA latent) alone; add :func:`indexer_values_per_layer` to count what the indexer keeps."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    return {k: copy.deepcopy(v) for k, v in config.items() if k not in ("index_topk", "index_n_heads", "index_head_dim")}
+
+
+def linear_state_bytes(config: Mapping[str, Any], dtype_bytes: float = 4) -> dict[str, float]:
+    """Fixed per-sequence state of the ``"linear_attention"`` (Gated DeltaNet) layers of a hybrid config.
+
+    Each such layer keeps, per value head, a ``linear_key_head_dim × linear_value_head_dim`` matrix (the
+    recurrent state) and, for its short causal convolution over q, k and v, the last ``linear_conv_kernel_dim − 1``
+    inputs of ``2·linear_num_key_heads·linear_key_head_dim + linear_num_value_heads·linear_value_head_dim``
+    channels (an implementation may keep one more). Returns ``{"layers", "recurrent", "conv"}`` (bytes, whatever
+    the context length; default FP32).
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    nbytes = _dtype_bytes(dtype_bytes)
+    layers = sum(kind == "linear_attention" for kind in layer_kinds(config))
+    if layers == 0:
+        return {"layers": 0, "recurrent": 0.0, "conv": 0.0}
+    k_heads, v_heads = _int_key(config, "linear_num_key_heads"), _int_key(config, "linear_num_value_heads")
+    dk, dv = _int_key(config, "linear_key_head_dim"), _int_key(config, "linear_value_head_dim")
+    kernel = _int_key(config, "linear_conv_kernel_dim")
+    recurrent = layers * v_heads * dk * dv * nbytes
+    conv = layers * (2 * k_heads * dk + v_heads * dv) * (kernel - 1) * nbytes
+    return {"layers": layers, "recurrent": recurrent, "conv": conv}
+
+
+def cache_kind(config: Mapping[str, Any]) -> str:
+    """``"MHA"``, ``"MQA"``, ``"GQA"`` or ``"MLA"``, with ``"+ local"`` (sliding/chunked layers) or
+    ``"+ linear"`` (state layers) appended for hybrids and ``"+ indexer"`` for DeepSeek sparse attention."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    if config.get("kv_lora_rank") is not None:
+        kind = "MLA"
+    else:
+        heads = _int_key(config, "num_attention_heads")
+        kv = _int_key(config, "num_key_value_heads", required=False) or heads
+        kind = "MHA" if kv == heads else "MQA" if kv == 1 else "GQA"
+    kinds = set(layer_kinds(config))
+    if kinds & {"sliding_attention", "chunked_attention"}:
+        kind += " + local"
+    if kinds & set(STATE_LAYER_TYPES):
+        kind += " + linear"
+    if indexer_values_per_layer(config):
+        kind += " + indexer"
+    return kind
+
+
+DEFAULT_SEQ_LENS = (4_096, 32_768, 131_072, 262_144, 1_048_576)
+"""Context lengths :func:`kv_cache_table` reports by default (4Ki to 1Mi tokens)."""
+
+
+def kv_cache_table(config: Mapping[str, Any] | str, seq_lens: Any = DEFAULT_SEQ_LENS, dtype_bytes: float = 2, *,
+                   markdown: bool = False) -> list[dict[str, Any]] | str:
+    """The KV-cache calculator: paste a Hugging Face config (dict or JSON text), get bytes per token and totals.
+
+    Returns one row per length, ``{"seq_len", "kv_bytes", "indexer_bytes", "total_bytes"}`` (one sequence,
+    ``dtype_bytes`` per number, local layers capped at their window), or with ``markdown=True`` a Markdown table
+    in binary units headed by the bytes per token. Lightning-indexer keys (DeepSeek sparse attention) are counted
+    separately at the same ``dtype_bytes``; caches this module does not model still raise ``ValueError``.
+    See the chapter "Heads, head_dim and the KV cache".
+    """
+    flat = parse_config(config)
+    if isinstance(seq_lens, (int, float)) or not hasattr(seq_lens, "__iter__"):
+        raise TypeError(f"seq_lens must be a sequence of token counts, got {type(seq_lens).__name__} {seq_lens!r}")
+    seq_lens = [int(_checks.number("seq_lens entry", n, integer=True, min_value=0)) for n in seq_lens]
+    if not seq_lens:
+        raise ValueError("seq_lens must hold at least one length, got an empty sequence")
+    if not isinstance(markdown, bool):
+        raise TypeError(f"markdown must be a bool, got {type(markdown).__name__} {markdown!r}")
+    nbytes = _dtype_bytes(dtype_bytes)
+    index_values = indexer_values_per_layer(flat)
+    attn = without_indexer(flat) if index_values else flat
+    index_layers = sum(kind in KV_LAYER_TYPES for kind in layer_kinds(attn))
+    per_token = kv_cache_bytes_per_token(attn, nbytes)
+    index_per_token = index_layers * index_values * nbytes
+    rows = []
+    for n in seq_lens:
+        kv = kv_cache_bytes(attn, n, nbytes)
+        idx = index_per_token * n
+        rows.append({"seq_len": n, "kv_bytes": kv, "indexer_bytes": idx, "total_bytes": kv + idx})
+    if not markdown:
+        return rows
+    head = (f"**{cache_kind(flat)}**: {format_bytes(per_token)} ({per_token:,.0f} B) of KV per token"
+            + (f" + {format_bytes(index_per_token)} ({index_per_token:,.0f} B) of indexer keys" if index_values else "")
+            + f", at {nbytes:g} B per number.")
+    lines = [head, "", "| tokens | KV cache |" + (" indexer keys | total |" if index_values else ""),
+             "|---:|---:|" + ("---:|---:|" if index_values else "")]
+    for r in rows:
+        extra = f" {format_bytes(r['indexer_bytes'])} | {format_bytes(r['total_bytes'])} |" if index_values else ""
+        lines.append(f"| {r['seq_len']:,} | {format_bytes(r['kv_bytes'])} |" + extra)
+    return "\n".join(lines)
+
+
+def attention_costs(config: Mapping[str, Any], context_len: int) -> dict[str, float]:
+    """What the number of query heads buys and costs per attention layer, under a simple count.
+
+    ``head_params``: weights of the projections whose size is proportional to the number of heads — for MLA
+    W^UQ (``q_lora_rank`` or ``hidden_size`` → heads × (qk_nope + qk_rope)), W^UK and W^UV (``kv_lora_rank`` →
+    heads × (qk_nope + v_head_dim)) and W^O; for MHA/GQA/MQA W^Q and W^O. ``core_flops``: multiply-adds × 2 of
+    one query token against ``context_len`` keys (scores q·k and the weighted sum of values), counted with the
+    per-head sizes (the un-absorbed form). ``kv_values``: numbers cached per token (:func:`kv_values_per_layer`),
+    which for MLA does not depend on the heads. Softmax, norms and the KV-side projections are left out.
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    _checks.number("context_len", context_len, integer=True, min_value=0)
+    heads, hidden = _int_key(config, "num_attention_heads"), _int_key(config, "hidden_size")
+    if config.get("kv_lora_rank") is not None:
+        nope, rope = _int_key(config, "qk_nope_head_dim"), _int_key(config, "qk_rope_head_dim")
+        dv, rank = _int_key(config, "v_head_dim"), _int_key(config, "kv_lora_rank")
+        q_in = _int_key(config, "q_lora_rank", required=False) or hidden
+        dqk = nope + rope
+        params = q_in * heads * dqk + rank * heads * (nope + dv) + heads * dv * hidden
+    else:
+        dqk = _int_key(config, "head_dim", required=False) or hidden // heads
+        dv = _int_key(config, "v_head_dim", required=False) or dqk
+        params = hidden * heads * dqk + heads * dv * hidden
+    core = 2 * heads * (dqk + dv) * context_len
+    return {"head_params": float(params), "core_flops": float(core),
+            "kv_values": float(kv_values_per_layer(without_indexer(config)))}

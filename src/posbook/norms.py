@@ -72,3 +72,37 @@ class QKNorm(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.q_norm(q), self.k_norm(k)
+
+
+def qk_norm_logit_bound(head_dim: int, *, q_gain: torch.Tensor | None = None, k_gain: torch.Tensor | None = None,
+                        scale: float | None = None) -> float:
+    r"""The largest attention logit a QK-normed head can produce: ``scale · max|g_q| · max|g_k| · head_dim``.
+
+    After RMSNorm a head's vector has RMS 1, so its norm is √head_dim and, with unit gains,
+    :math:`|q \cdot k| \le d_\text{head}`; the logit after the usual ``scale`` = 1/√head_dim is then at most
+    √head_dim. A learned gain ``g`` (the effective one: ``weight``, or ``1 + weight`` for zero-centred RMSNorm)
+    multiplies coordinate i by g_i, so the bound grows by max|g_q|·max|g_k|. It is attained: put all of q's and
+    k's RMS on the coordinate where both gains peak (chapter "QK-Norm, softcap and QK-Clip").
+    RoPE comes after the norm and keeps norms, so the bound also holds for the rotated vectors when the
+    gains are 1; with non-uniform gains it bounds the unrotated logit (a rotation mixes coordinates of a plane).
+
+    Args:
+        head_dim: size of each head.
+        q_gain, k_gain: effective gain vectors of shape [head_dim]; None means all ones.
+        scale: logit scale; None means 1/√head_dim. Pass 1.0 for the raw dot product.
+    """
+    _checks.number("head_dim", head_dim, integer=True, positive=True)
+    peaks = []
+    for name, gain in (("q_gain", q_gain), ("k_gain", k_gain)):
+        if gain is None:
+            peaks.append(1.0)
+            continue
+        _checks.tensor(name, gain, ndim=1, floating=True)
+        _checks.finite(name, gain)
+        if gain.shape[0] != head_dim:
+            raise ValueError(f"{name} must have head_dim={head_dim} entries, got {gain.shape[0]}")
+        peaks.append(float(gain.abs().max()))
+    if scale is None:
+        scale = head_dim ** -0.5
+    _checks.number("scale", scale, positive=True)
+    return float(scale) * peaks[0] * peaks[1] * head_dim

@@ -145,3 +145,32 @@ def qk_clip_mla_(w_q_nope: torch.Tensor, w_q_rope: torch.Tensor, w_k_nope: torch
     q_c.mul_(gamma.sqrt().to(w_q_nope.dtype)[:, None, None])
     k_c.mul_(gamma.sqrt().to(w_k_nope.dtype)[:, None, None])
     q_r.mul_(gamma.to(w_q_rope.dtype)[:, None, None])
+
+
+def max_logits_per_head(q: torch.Tensor, k: torch.Tensor, *, scale: float | None = None,
+                        causal: bool = False) -> torch.Tensor:
+    r"""Each head's largest attention logit over a batch, S_max^h = scale · max_{b,i,j} q_{b,h,i} · k_{b,h,j}.
+
+    This is the signal QK-Clip (Kimi K2) feeds to :func:`qk_clip_factors`. ``q`` is [batch, heads, Tq, d] and ``k``
+    is [batch, heads, Tk, d] (repeat shared key heads first); ``scale`` defaults to 1/√d. With ``causal`` (Tq = Tk)
+    only the pairs j ≤ i count, as in a decoder. The max is signed: a very negative logit only sends weight to
+    zero and is not what QK-Clip bounds. Computed without gradient, in the inputs' dtype.
+    """
+    _checks.tensor("q", q, ndim=4, floating=True)
+    _checks.tensor("k", k, ndim=4, floating=True)
+    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must agree in batch, heads and head_dim, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    if causal and q.shape[2] != k.shape[2]:
+        raise ValueError(f"causal needs Tq == Tk, got Tq={q.shape[2]}, Tk={k.shape[2]}")
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    _checks.number("scale", scale, positive=True)
+    with torch.no_grad():
+        logits = (q @ k.transpose(-1, -2)) * scale
+        if causal:
+            t = q.shape[2]
+            future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+            logits = logits.masked_fill(future, -math.inf)
+        return logits.amax(dim=(0, 2, 3))
