@@ -18,6 +18,7 @@ from posbook.attention import local_attention
 from posbook.experiments import GPT, GPTConfig, LAYER_CODES, TrainConfig, train
 from posbook.experiments import corpus as corpus_lib
 from posbook.experiments import tasks as tasks_lib
+from posbook.experiments.train import PRESETS
 
 TINY = dict(n_layer=2, n_embd=32, n_head=4, window=4, chunk_size=4, max_seq_len=48)
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
@@ -67,6 +68,27 @@ def test_attention_temperature_divides_every_logit(code):
     assert not torch.allclose(sharp(idx), model(idx))
     with pytest.raises(ValueError, match="attn_temperature"):
         GPTConfig(attn_temperature=0.0)
+
+
+@pytest.mark.parametrize("code", sorted(LAYER_CODES))
+def test_recorded_attention_calls_reproduce_every_layer(code):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pattern=code + "N", **TINY, logit_scaling="swan")).double()
+    idx = torch.randint(0, 256, (2, 20))
+    plain = model(idx)
+    with model.recording_attention() as calls:
+        recorded = model(idx)
+    assert len(calls) == model.config.n_layer and all(b.attn.recorder is None for b in model.blocks)
+    torch.testing.assert_close(recorded, plain, rtol=1e-12, atol=1e-12)   # local layers: masked form = blocked kernel
+    q, k, v, call = calls[0]
+    out, weights = pb.attention(q, k, v, return_weights=True, impl="reference", **call)
+    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]))
+    if code in "SC":
+        assert not weights[..., 0, 1:].any() and weights[..., -1, :20 - model.config.window].abs().max() == 0
+    # The recorded call is the first layer's attention: projecting its output gives the layer's output.
+    block = model.blocks[0]
+    x = block.attn_norm(model.embed(idx))
+    torch.testing.assert_close(block.attn.o_proj(out.transpose(1, 2).reshape(2, 20, -1)), block.attn(x))
 
 
 @pytest.mark.parametrize("code, kind, option", [("S", "sliding", "window"), ("C", "chunked", "chunk_size")])
@@ -220,3 +242,24 @@ def test_cli_help_lists_and_errors(tmp_path):
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
     bad = cli("train", "--task", "copy", "--eval-sizes", "4,x")
     assert bad.returncode == 2 and "comma-separated integers" in bad.stderr
+
+
+def test_a_short_copy_run_learns_to_copy(tmp_path):
+    # A CI-sized version of the cpu preset's recipe (many batches of short sequences, loss on the answer only):
+    # a two-layer RoPE model learns to copy strings of up to 4 symbols in a few seconds. Seeded, so the
+    # accuracies are the same numbers every run; the threshold leaves a wide margin below them.
+    torch.manual_seed(0)
+    run = TrainConfig(task="copy", preset="cpu", model=dict(pattern="R", n_layer=2, n_embd=64), steps=200,
+                      batch_size=32, train_max_size=4, eval_sizes=[1, 2, 3, 4], eval_every=200, eval_batches=2,
+                      lr=3e-3, warmup=20, out_dir=str(tmp_path), progress=False)
+    accuracy = train(run)["final"]["accuracy_by_size"]
+    assert min(accuracy.values()) >= 0.8, accuracy
+
+
+def test_cpu_preset_sets_each_task_apart_from_text():
+    text, copy = TrainConfig(task="text", preset="cpu").resolved(), TrainConfig(task="copy", preset="cpu").resolved()
+    assert text.steps == PRESETS["cpu"]["steps"] and text.model["n_embd"] == 128
+    assert copy.steps == PRESETS["cpu"]["tasks"]["copy"]["steps"]
+    assert copy.eval_sizes[:2 * copy.train_max_size] == list(range(1, 2 * copy.train_max_size + 1))
+    mine = TrainConfig(task="copy", preset="cpu", steps=7, model=dict(n_embd=32)).resolved()
+    assert mine.steps == 7 and mine.model["n_embd"] == 32 and mine.model["n_layer"] == copy.model["n_layer"]

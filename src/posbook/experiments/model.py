@@ -21,6 +21,8 @@ the experiments run the mechanisms the chapters explain, not a second copy of th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -166,6 +168,7 @@ class Attention(nn.Module):
                                      max_distance=config.t5_max_distance)
         if config.sinks:
             self.sink = nn.Parameter(torch.zeros(h))
+        self.recorder: list | None = None    # set by GPT.recording_attention
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, t, _ = x.shape
@@ -190,24 +193,25 @@ class Attention(nn.Module):
                                               attn_scale=config.llama4_attn_scale))
             query_scale = factors.to(q.dtype)
 
-        plain = not config.sinks and config.softcap is None
-        if self.code in ("S", "C") and plain:
-            y = local_attention(q, k, v, kind="sliding" if self.code == "S" else "chunked", window=config.window,
-                                chunk_size=config.chunk_size, query_scale=query_scale)
+        local = {"S": "sliding", "C": "chunked"}.get(self.code)
+        if local and not config.sinks and config.softcap is None and self.recorder is None:
+            # Blocked SDPA: a local layer does only the work its window needs (equal to the masked call below).
+            y = local_attention(q, k, v, kind=local, window=config.window, chunk_size=config.chunk_size,
+                                query_scale=query_scale)
         else:
-            mask = None
-            if self.code == "S":
-                mask = attention_mask("sliding", t, window=config.window, device=x.device)
-            elif self.code == "C":
-                mask = attention_mask("chunked", t, chunk_size=config.chunk_size, device=x.device)
-            bias = None
+            call = dict(causal=local is None, query_scale=query_scale, softcap=config.softcap,
+                        normaliser="sink" if config.sinks else "softmax", sink=self.sink if config.sinks else None,
+                        mask=None, bias=None)
+            if local:
+                size = {"window": config.window} if local == "sliding" else {"chunk_size": config.chunk_size}
+                call["mask"] = attention_mask(local, t, device=x.device, **size)
             if self.code == "A":
-                bias = alibi_bias(self.slopes, t).to(q.dtype)
+                call["bias"] = alibi_bias(self.slopes, t).to(q.dtype)
             elif self.code == "T":
-                bias = self.t5(t).to(q.dtype)
-            y = attention(q, k, v, causal=mask is None, mask=mask, bias=bias, query_scale=query_scale,
-                          softcap=config.softcap, normaliser="sink" if config.sinks else "softmax",
-                          sink=self.sink if config.sinks else None)
+                call["bias"] = self.t5(t).to(q.dtype)
+            if self.recorder is not None:
+                self.recorder.append((q, k, v, call))
+            y = attention(q, k, v, **call)
         return self.o_proj(y.transpose(1, 2).reshape(batch, t, -1))
 
 
@@ -273,6 +277,25 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(self.norm(x)).float()
+
+    @contextmanager
+    def recording_attention(self) -> Iterator[list]:
+        """Record what every layer's attention sees, for measurements on a trained model.
+
+        Inside the ``with`` block each forward appends, per layer in order, ``(q, k, v, call)``: the tensors after
+        QK-Norm, rotation and temperature, and the keyword arguments with which
+        ``posbook.attention(q, k, v, **call)`` reproduces the layer's attention output (local layers take their
+        masked form here instead of the blocked kernel, which they equal). Add ``return_weights=True`` to get the
+        weights. Nothing is detached: use ``torch.no_grad()`` when only measuring.
+        """
+        records: list = []
+        for block in self.blocks:
+            block.attn.recorder = records
+        try:
+            yield records
+        finally:
+            for block in self.blocks:
+                block.attn.recorder = None
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

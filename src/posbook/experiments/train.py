@@ -30,10 +30,19 @@ from .model import GPT, GPTConfig
 
 TASK_NAMES = ("text",) + tasks_lib.TASKS
 
+# The algorithmic tasks need many more (and larger) batches of short sequences than the text task, and a narrower
+# model to afford them: a preset's "tasks" entry overrides its values (and its model fields) for one task.
+CPU_TASKS: dict[str, dict[str, Any]] = {
+    task: dict(model=dict(n_layer=4, n_embd=64, n_head=4), steps=steps, batch_size=64, lr=3e-3, warmup=30,
+               eval_every=steps, eval_batches=4)
+    for task, steps in {"copy": 600, "reverse": 600, "addition": 400, "passkey": 400}.items()
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     # Each run of the cpu preset fits in a minute on 2 CPU cores (text: 150 steps × 2,048 tokens, about 55 s).
     "cpu": dict(model=dict(n_layer=4, n_embd=128, n_head=4), steps=150, batch_size=16, seq_len=128, lr=3e-3,
-                warmup=15, eval_every=50, eval_batches=4, train_max_size=8, corpus_bytes=2_000_000),
+                warmup=15, eval_every=50, eval_batches=4, train_max_size=8, corpus_bytes=2_000_000,
+                tasks=CPU_TASKS),
     # One T4/L4-class GPU, about 15 minutes.
     "colab": dict(model=dict(n_layer=8, n_embd=384, n_head=6), steps=3000, batch_size=32, seq_len=512, lr=1e-3,
                   warmup=200, eval_every=500, eval_batches=16, train_max_size=16, corpus_bytes=20_000_000),
@@ -68,7 +77,7 @@ class TrainConfig:
     batch_size: int | None = None                  # global batch, in sequences
     seq_len: int | None = None                     # text task only
     train_max_size: int | None = None              # algorithmic tasks: problem sizes 1..L during training
-    eval_sizes: list[int] | None = None            # algorithmic tasks: sizes to report accuracy for (default L..4L)
+    eval_sizes: list[int] | None = None            # algorithmic tasks: sizes to report (default 1..2L, 3L, 4L)
     lr: float | None = None
     warmup: int | None = None
     weight_decay: float = 0.1
@@ -89,7 +98,10 @@ class TrainConfig:
         _checks.choice("task", self.task, TASK_NAMES)
         values = asdict(self)
         values["preset"] = preset
-        for key, value in PRESETS[preset].items():
+        base = {key: value for key, value in PRESETS[preset].items() if key != "tasks"}
+        task_values = PRESETS[preset].get("tasks", {}).get(self.task, {})
+        for key, value in {**base, **task_values, "model": {**base.get("model", {}), **task_values.get("model", {})}
+                           }.items():
             if key == "model":
                 values["model"] = {**value, **self.model}
             elif values.get(key) is None:
@@ -104,7 +116,7 @@ class TrainConfig:
         _checks.number("weight_decay", out.weight_decay, min_value=0)
         _checks.number("grad_clip", out.grad_clip, positive=True)
         if out.eval_sizes is None:
-            out.eval_sizes = sorted({out.train_max_size * k // 2 for k in range(2, 9)})
+            out.eval_sizes = [*range(1, 2 * out.train_max_size + 1), 3 * out.train_max_size, 4 * out.train_max_size]
         for size in out.eval_sizes:
             _checks.number("eval_sizes entry", size, integer=True, positive=True)
         if out.resume and not out.out_dir:
