@@ -192,30 +192,9 @@ def _reference(q, k, v, scale, query_scale, bias, softcap, mask, normaliser, sin
     if softcap is not None:
         logits = softcap * torch.tanh(logits / softcap)
 
-    if normaliser == "sigmoid":
-        b = -math.log(k.shape[-2]) if sigmoid_bias is None else sigmoid_bias
-        weights = torch.sigmoid(logits + b)
-        if mask is not None:
-            weights = weights.masked_fill(~mask, 0.0)
-        return weights @ v, weights
-
     if mask is not None:
         logits = logits.masked_fill(~mask, float("-inf"))
-    row_max = logits.amax(dim=-1, keepdim=True)
-    extra = None  # the logit of the implicit extra column, per head
-    if normaliser == "softmax1":
-        extra = torch.zeros(q.shape[1], dtype=compute, device=q.device)
-    elif normaliser == "sink":
-        extra = sink.to(compute)
-    if extra is not None:
-        row_max = torch.maximum(row_max, extra[None, :, None, None])
-    # A fully masked softmax row has max −inf; shifting by 0 instead keeps exp() at 0 rather than NaN.
-    row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)
-    e = torch.exp(logits - row_max)
-    denominator = e.sum(dim=-1, keepdim=True)
-    if extra is not None:
-        denominator = denominator + torch.exp(extra[None, :, None, None] - row_max)
-    weights = torch.where(denominator > 0, e / denominator.clamp(min=torch.finfo(compute).tiny), 0.0)
+    weights = _normalised(logits, normaliser, None if sink is None else sink.to(compute)[None, :, None], sigmoid_bias)
     return weights @ v, weights
 
 
@@ -495,6 +474,12 @@ def normalise(logits: torch.Tensor, normaliser: str = "softmax", *, sink: Any = 
             raise ValueError(f"sigmoid_bias only applies to normaliser='sigmoid', got normaliser={normaliser!r}")
         _checks.number("sigmoid_bias", sigmoid_bias)
 
+    return _normalised(logits, normaliser, sink, sigmoid_bias)
+
+
+def _normalised(logits: torch.Tensor, normaliser: str, sink: torch.Tensor | None,
+                sigmoid_bias: float | None) -> torch.Tensor:
+    """:func:`normalise` without the argument checks (the reference attention path calls it too)."""
     if normaliser == "sigmoid":
         b = -math.log(logits.shape[-1]) if sigmoid_bias is None else float(sigmoid_bias)
         return torch.sigmoid(logits + b)  # sigmoid(−inf) = 0: hidden keys drop out on their own
