@@ -145,12 +145,7 @@ def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask,
         if sink.shape[0] != hq:
             raise ValueError(f"sink must hold one logit per query head ({hq}), got shape {tuple(sink.shape)}")
         _checks.finite("sink", sink)
-    elif sink is not None:
-        raise ValueError(f"sink only applies to normaliser='sink', got normaliser={normaliser!r}")
-    if sigmoid_bias is not None:
-        if normaliser != "sigmoid":
-            raise ValueError(f"sigmoid_bias only applies to normaliser='sigmoid', got normaliser={normaliser!r}")
-        _checks.number("sigmoid_bias", sigmoid_bias)
+    _check_normaliser_extras(normaliser, sink, sigmoid_bias)
     if gate is not None:
         _checks.tensor("gate", gate, floating=True)
         _broadcastable("gate", gate, (batch, hq, tq, v.shape[-1]))
@@ -177,6 +172,16 @@ def _combined_mask(mask, causal: bool, tq: int, tk: int, device) -> torch.Tensor
 
 def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
+
+
+def _check_normaliser_extras(normaliser: str, sink: Any, sigmoid_bias: float | None) -> None:
+    """sink and sigmoid_bias belong to one normaliser each (the caller checks the sink's value)."""
+    if normaliser != "sink" and sink is not None:
+        raise ValueError(f"sink only applies to normaliser='sink', got normaliser={normaliser!r}")
+    if sigmoid_bias is not None:
+        if normaliser != "sigmoid":
+            raise ValueError(f"sigmoid_bias only applies to normaliser='sigmoid', got normaliser={normaliser!r}")
+        _checks.number("sigmoid_bias", sigmoid_bias)
 
 
 def _reference(q, k, v, scale, query_scale, bias, softcap, mask, normaliser, sink, sigmoid_bias):
@@ -467,12 +472,7 @@ def normalise(logits: torch.Tensor, normaliser: str = "softmax", *, sink: Any = 
             sink = sink.to(logits.dtype)
         else:
             sink = torch.tensor(_checks.number("sink", sink), dtype=logits.dtype, device=logits.device)
-    elif sink is not None:
-        raise ValueError(f"sink only applies to normaliser='sink', got normaliser={normaliser!r}")
-    if sigmoid_bias is not None:
-        if normaliser != "sigmoid":
-            raise ValueError(f"sigmoid_bias only applies to normaliser='sigmoid', got normaliser={normaliser!r}")
-        _checks.number("sigmoid_bias", sigmoid_bias)
+    _check_normaliser_extras(normaliser, sink, sigmoid_bias)
 
     return _normalised(logits, normaliser, sink, sigmoid_bias)
 

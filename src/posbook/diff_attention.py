@@ -74,11 +74,8 @@ class DiffAttention(nn.Module):
         """Numbers cached per token: K₁ and K₂ (from k_proj) plus V (from v_proj), read off the projections."""
         return self.k_proj.out_features + self.v_proj.out_features
 
-    def head_rms(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """Root mean square of each head's output (A₁ − λA₂)V before the per-head norm, over batch and positions: [h].
-
-        These are the "head statistics" the per-head norm equalises (chapter "Differential attention").
-        """
+    def _projections(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None):
+        """q and k as two [batch, h, T, d] halves each (stacked on dim 0), v as [batch, h, T, 2d]."""
         _checks.tensor("x", x, ndim=3, floating=True)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x.shape[-1] must be d_model={self.d_model}, got {x.shape[-1]}")
@@ -89,24 +86,22 @@ class DiffAttention(nn.Module):
         v = self.v_proj(x).view(batch, t, h, 2 * d).transpose(1, 2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        return q, k, v
+
+    def head_rms(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Root mean square of each head's output (A₁ − λA₂)V before the per-head norm, over batch and positions: [h].
+
+        These are the "head statistics" the per-head norm equalises (chapter "Differential attention").
+        """
+        q, k, v = self._projections(x, rope)
         heads = attention(q[0], k[0], v, causal=True) - self.lam() * attention(q[1], k[1], v, causal=True)
         return heads.square().mean(dim=(0, 2, 3)).sqrt()
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
                 return_maps: bool = False):
         """x: [batch, T, d_model]; ``rope``: optional (cos, sin) [T, head_dim] applied to every query/key half."""
-        _checks.tensor("x", x, ndim=3, floating=True)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x.shape[-1] must be d_model={self.d_model}, got {x.shape[-1]}")
+        q, k, v = self._projections(x, rope)
         batch, t, _ = x.shape
-        h, d = self.n_heads, self.head_dim
-        # [batch, T, h, 2, d] → two [batch, h, T, d] halves
-        q = self.q_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
-        k = self.k_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
-        v = self.v_proj(x).view(batch, t, h, 2 * d).transpose(1, 2)
-        if rope is not None:
-            cos, sin = rope
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         # (A₁ − λA₂)V = A₁V − λ·A₂V: two ordinary causal attentions over the same values.
         lam = self.lam()
         if return_maps:
