@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-import posbook as pb
 import posbook.analysis as A
 from posbook.experiments import GPT, GPTConfig
 

@@ -7,7 +7,7 @@ thing learns what to pass instead. Nothing is coerced silently.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 
@@ -29,6 +29,13 @@ def tensor(name: str, value: Any, *, ndim_min: int | None = None, ndim: int | No
     if floating and not value.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {_show(value)}")
     return value
+
+
+def config_dict(config: Any) -> Mapping[str, Any]:
+    """A model config must be a mapping (a Hugging Face ``config.json`` loaded as a dict)."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    return config
 
 
 def finite(name: str, value: torch.Tensor) -> torch.Tensor:

@@ -58,8 +58,7 @@ def kv_values_per_layer(config: Mapping[str, Any], kind: str = "full_attention")
     override head_dim and num_key_value_heads for ``"full_attention"`` layers, and ``attention_k_eq_v`` (keys
     reused as values in those layers) halves what they must keep.
     """
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    _checks.config_dict(config)
     _checks.choice("kind", kind, KV_LAYER_TYPES)
     for key, what in UNMODELLED_KEYS.items():
         if config.get(key) not in (None, 0):
@@ -209,8 +208,7 @@ def indexer_values_per_layer(config: Mapping[str, Any]) -> int:
     ``index_topk``. It is cached next to the MLA latent, which is why :func:`kv_values_per_layer` refuses such
     configs.
     """
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    _checks.config_dict(config)
     if config.get("index_topk") in (None, 0):
         return 0
     return _int_key(config, "index_head_dim")
@@ -219,8 +217,7 @@ def indexer_values_per_layer(config: Mapping[str, Any]) -> int:
 def without_indexer(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``config`` without the lightning-indexer keys, so that :func:`kv_values_per_layer` counts the
     attention cache (the MLA latent) alone; add :func:`indexer_values_per_layer` to count what the indexer keeps."""
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    _checks.config_dict(config)
     return {k: copy.deepcopy(v) for k, v in config.items() if k not in ("index_topk", "index_n_heads", "index_head_dim")}
 
 
@@ -233,8 +230,7 @@ def linear_state_bytes(config: Mapping[str, Any], dtype_bytes: float = 4) -> dic
     channels (an implementation may keep one more). Returns ``{"layers", "recurrent", "conv"}`` (bytes, whatever
     the context length; default FP32).
     """
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    _checks.config_dict(config)
     nbytes = _dtype_bytes(dtype_bytes)
     layers = sum(kind == "linear_attention" for kind in layer_kinds(config))
     if layers == 0:
@@ -250,8 +246,7 @@ def linear_state_bytes(config: Mapping[str, Any], dtype_bytes: float = 4) -> dic
 def cache_kind(config: Mapping[str, Any]) -> str:
     """``"MHA"``, ``"MQA"``, ``"GQA"`` or ``"MLA"``, with ``"+ local"`` (sliding/chunked layers) or
     ``"+ linear"`` (state layers) appended for hybrids and ``"+ indexer"`` for DeepSeek sparse attention."""
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    _checks.config_dict(config)
     if config.get("kv_lora_rank") is not None:
         kind = "MLA"
     else:
@@ -324,8 +319,7 @@ def attention_costs(config: Mapping[str, Any], context_len: int) -> dict[str, fl
     per-head sizes (the un-absorbed form). ``kv_values``: numbers cached per token (:func:`kv_values_per_layer`),
     which for MLA does not depend on the heads. Softmax, norms and the KV-side projections are left out.
     """
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    _checks.config_dict(config)
     _checks.number("context_len", context_len, integer=True, min_value=0)
     heads, hidden = _int_key(config, "num_attention_heads"), _int_key(config, "hidden_size")
     if config.get("kv_lora_rank") is not None:

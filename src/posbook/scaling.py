@@ -108,8 +108,7 @@ def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeS
     MLA configs (DeepSeek, Kimi K2) rotate ``qk_rope_head_dim`` dimensions. If the config also gives
     ``partial_rotary_factor`` (DeepSeek-V4: head_dim 512 × 0.125), int(head_dim · factor) must equal it.
     """
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
+    _checks.config_dict(config)
     has_v5, has_legacy = "rope_parameters" in config, "rope_scaling" in config
     if has_v5 and has_legacy and config["rope_scaling"] is not None:
         raise ValueError("config must give rope_parameters (transformers v5) or rope_scaling (legacy), not both; "
