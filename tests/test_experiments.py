@@ -261,5 +261,26 @@ def test_cpu_preset_sets_each_task_apart_from_text():
     assert text.steps == PRESETS["cpu"]["steps"] and text.model["n_embd"] == 128
     assert copy.steps == PRESETS["cpu"]["tasks"]["copy"]["steps"]
     assert copy.eval_sizes[:2 * copy.train_max_size] == list(range(1, 2 * copy.train_max_size + 1))
+    addition = TrainConfig(task="addition", preset="cpu").resolved()     # the task entry may set L as well
+    assert addition.train_max_size == 2 and addition.eval_sizes == [1, 2, 3, 4, 6, 8]
+    assert TrainConfig(task="addition", preset="cpu", train_max_size=8).resolved().train_max_size == 8
     mine = TrainConfig(task="copy", preset="cpu", steps=7, model=dict(n_embd=32)).resolved()
     assert mine.steps == 7 and mine.model["n_embd"] == 32 and mine.model["n_layer"] == copy.model["n_layer"]
+
+
+def test_constant_logit_scaling_multiplies_only_nope_logits():
+    """logit_scaling="constant" (the fixed factor 10 = temperature 0.1 of a nanochat variant) scales the NoPE layers'
+    logits only: on an all-NoPE model it equals temperature 1/c, on RoPE layers it does nothing."""
+    idx = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    scaled = GPT(GPTConfig(pattern="N", **TINY, logit_scaling="constant", constant_logit_scale=4.0)).double()
+    torch.manual_seed(0)
+    cooled = GPT(GPTConfig(pattern="N", **TINY, attn_temperature=0.25)).double()
+    torch.testing.assert_close(scaled(idx), cooled(idx), rtol=1e-12, atol=1e-12)
+    torch.manual_seed(0)
+    rope_scaled = GPT(GPTConfig(pattern="R", **TINY, logit_scaling="constant")).double()
+    torch.manual_seed(0)
+    rope_plain = GPT(GPTConfig(pattern="R", **TINY)).double()
+    torch.testing.assert_close(rope_scaled(idx), rope_plain(idx), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="constant_logit_scale"):
+        GPTConfig(constant_logit_scale=0.0)

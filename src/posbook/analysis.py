@@ -647,3 +647,57 @@ def attention_rows(model: torch.nn.Module, idx: torch.Tensor) -> dict[str, torch
                 norm = torch.where(lost, torch.full_like(norm, float("nan")), norm)
             norms.append(norm)
     return {"entropy": torch.stack(entropies), "logit_norm": torch.stack(norms)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Comparing attention patterns across models (chapter "Length generalisation"): Kazemnejad et al. (2023) measure
+# how alike two position schemes' heads attend with the Jensen–Shannon divergence.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _check_distributions(p: Any, q: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    _checks.tensor("p", p, ndim_min=1, floating=True)
+    _checks.tensor("q", q, ndim_min=1, floating=True)
+    try:
+        torch.broadcast_shapes(p.shape, q.shape)
+    except RuntimeError:
+        raise ValueError(f"p and q must have broadcastable shapes, got {tuple(p.shape)} and {tuple(q.shape)}") from None
+    if (p < 0).any() or (q < 0).any():
+        raise ValueError("p and q must be probability distributions (no negative entries)")
+    return p.to(torch.float64), q.to(torch.float64)
+
+
+def kl_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    r""":math:`\mathrm{KL}(p\,\|\,q) = \sum_i p_i \log(p_i / q_i)` in nats over the last dimension (0·log 0 = 0;
+    infinite where q_i = 0 < p_i). p and q broadcast against each other. float64."""
+    p, q = _check_distributions(p, q)
+    return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(-1)
+
+
+def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    r"""The Jensen–Shannon divergence :math:`\tfrac12\mathrm{KL}(p\|m) + \tfrac12\mathrm{KL}(q\|m)`,
+    :math:`m = (p + q)/2`, in nats over the last dimension: symmetric, 0 only for p = q, at most ln 2 (for
+    distributions with disjoint support), and finite whatever zeros p and q have. float64."""
+    p, q = _check_distributions(p, q)
+    m = (p + q) / 2
+    return (kl_divergence(p, m) + kl_divergence(q, m)) / 2
+
+
+def head_pair_divergence(weights_a: torch.Tensor, weights_b: torch.Tensor) -> torch.Tensor:
+    r"""Mean Jensen–Shannon divergence between every head of one layer of model A and every head of the same
+    layer of model B, on the same inputs: entry [i, j] is :math:`\frac1T\sum_t D_{JS}(P^{(i)}_t\,\|\,Q^{(j)}_t)`
+    averaged over the batch as well. Kazemnejad et al. (2023, Eq. 2) take the minimum over all pairs as the
+    layer's distance between the two models.
+
+    Args:
+        weights_a: [batch, Ha, T, T] attention weights of model A's layer (rows are distributions over keys).
+        weights_b: [batch, Hb, T, T] model B's, same batch and T.
+    Returns:
+        [Ha, Hb] float64.
+    """
+    _checks.tensor("weights_a", weights_a, ndim=4, floating=True)
+    _checks.tensor("weights_b", weights_b, ndim=4, floating=True)
+    if weights_a.shape[0] != weights_b.shape[0] or weights_a.shape[2:] != weights_b.shape[2:]:
+        raise ValueError(f"weights_a and weights_b must share batch and [T, T]; got {tuple(weights_a.shape)} and "
+                         f"{tuple(weights_b.shape)}")
+    return js_divergence(weights_a[:, :, None], weights_b[:, None, :]).mean(dim=(0, -1))

@@ -1,4 +1,4 @@
-"""Command line: ``python -m posbook.experiments {train,evaluate,presets,patterns}``.
+"""Command line: ``python -m posbook.experiments {train,evaluate,sweep,presets,patterns}``.
 
 Under torchrun (``torchrun --nproc_per_node=N -m posbook.experiments train ...``) every process runs this same
 command and training uses DistributedDataParallel.
@@ -11,6 +11,7 @@ import json
 import sys
 
 from .model import ABSOLUTE_POSITIONS, LAYER_CODES, LOGIT_SCALINGS, QK_NORM_MODES
+from .sweep import GRIDS, record_path, run_grid, stale_labels
 from .train import PRESETS, TASK_NAMES, TrainConfig, evaluate, load_model, train
 
 
@@ -45,11 +46,12 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--n-embd", type=int)
     t.add_argument("--n-head", type=int)
     t.add_argument("--n-kv-head", type=int)
-    for name in ("steps", "batch-size", "seq-len", "train-max-size", "warmup", "eval-every", "eval-batches",
+    for name in ("steps", "batch-size", "seq-len", "train-max-size", "curriculum-steps", "warmup", "eval-every", "eval-batches",
                  "checkpoint-every", "seed", "corpus-bytes"):
         t.add_argument(f"--{name}", type=int)
     t.add_argument("--lr", type=float)
     t.add_argument("--eval-sizes", type=_sizes, help="comma-separated problem sizes, e.g. 8,16,32")
+    t.add_argument("--eval-seq-lens", type=_sizes, help="text: comma-separated lengths for bits per byte, e.g. 128,512")
     t.add_argument("--out", help="output folder (checkpoint.pt, results.json)")
     t.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt if it exists")
     t.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
@@ -57,6 +59,13 @@ def parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="accuracy by size (tasks) or bits per byte (text) of a checkpoint")
     e.add_argument("checkpoint")
     e.add_argument("--eval-sizes", type=_sizes)
+    e.add_argument("--eval-seq-lens", type=_sizes)
+
+    w = sub.add_parser("sweep", help="train a chapter's grid of runs and write its record into the package")
+    w.add_argument("grid", choices=sorted(GRIDS))
+    w.add_argument("--jobs", type=int, default=1, help="processes at once, one thread each (default 1)")
+    w.add_argument("--retrain", action="store_true", help="train every run again, not only missing or stale ones")
+    w.add_argument("--list", action="store_true", help="print the grid's labels and whether each is recorded")
 
     sub.add_parser("presets", help="list the presets and their settings")
     sub.add_parser("patterns", help="list the layer codes a pattern is made of")
@@ -80,6 +89,18 @@ def main(argv: list[str] | None = None) -> int:
         print("A pattern repeats to n_layer: 'SSSN' over 8 layers is SSSNSSSN.")
         return 0
     try:
+        if args.command == "sweep":
+            runs = GRIDS[args.grid]()
+            stale = set(stale_labels(args.grid, runs))
+            if args.list:
+                for label in runs:
+                    print(f"{label:32s} {'to train' if label in stale else 'recorded'}")
+                return 0
+            todo = len(runs) if args.retrain else len(stale)
+            print(f"{args.grid}: training {todo} of {len(runs)} runs with {args.jobs} job(s)", file=sys.stderr)
+            run_grid(args.grid, runs, retrain=args.retrain, jobs=args.jobs, save=True)
+            print(record_path(args.grid))
+            return 0
         if args.command == "evaluate":
             import torch
 
@@ -88,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             model, run = load_model(args.checkpoint, device)
             if args.eval_sizes:
                 run.eval_sizes = args.eval_sizes
+            if args.eval_seq_lens:
+                run.eval_seq_lens = args.eval_seq_lens
             data = None
             if run.task == "text":
                 from .corpus import load_corpus
@@ -99,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.sinks:
             model["sinks"] = True
         run_fields = dict(task=args.task, preset=args.preset, model=model, steps=args.steps, batch_size=args.batch_size,
-                          seq_len=args.seq_len, train_max_size=args.train_max_size, eval_sizes=args.eval_sizes,
-                          lr=args.lr, warmup=args.warmup, eval_every=args.eval_every, eval_batches=args.eval_batches,
+                          seq_len=args.seq_len, train_max_size=args.train_max_size,
+                          curriculum_steps=args.curriculum_steps, eval_sizes=args.eval_sizes,
+                          eval_seq_lens=args.eval_seq_lens, lr=args.lr, warmup=args.warmup,
+                          eval_every=args.eval_every, eval_batches=args.eval_batches,
                           corpus_bytes=args.corpus_bytes, out_dir=args.out, resume=args.resume, progress=args.progress)
         if args.checkpoint_every is not None:
             run_fields["checkpoint_every"] = args.checkpoint_every

@@ -50,7 +50,7 @@ LAYER_CODES = {
 ROTARY_CODES = set("RSCPH")
 ABSOLUTE_POSITIONS = ("none", "learned", "sinusoidal")
 QK_NORM_MODES = ("none", "all", "rope")          # "rope": only in layers that rotate (Llama 4 drops it in NoPE layers)
-LOGIT_SCALINGS = ("none", "swan", "llama4")      # applied to the queries of global NoPE layers
+LOGIT_SCALINGS = ("none", "swan", "llama4", "constant")   # applied to the queries of global NoPE layers
 
 
 @dataclass
@@ -76,6 +76,7 @@ class GPTConfig:
     swan_a: float = 362.0
     llama4_floor_scale: float = 8192.0
     llama4_attn_scale: float = 0.1
+    constant_logit_scale: float = 10.0   # logit_scaling="constant": NoPE logits × this (10 = temperature 0.1)
     sinks: bool = False                  # a learned sink logit per head in every layer
     softcap: float | None = None
     attn_temperature: float = 1.0        # every layer's logits are divided by it (read at each forward, so it can change mid-run)
@@ -112,6 +113,7 @@ class GPTConfig:
         if self.softcap is not None:
             _checks.number("softcap", self.softcap, positive=True)
         _checks.number("attn_temperature", self.attn_temperature, positive=True)
+        _checks.number("constant_logit_scale", self.constant_logit_scale, positive=True)
         self.layer_codes = [self.pattern[i % len(self.pattern)] for i in range(self.n_layer)]
 
     @property
@@ -188,9 +190,13 @@ class Attention(nn.Module):
         query_scale = None
         if self.code == "N" and config.logit_scaling != "none":
             positions = torch.arange(t, device=x.device)
-            factors = (swan_log_scale(positions, a=config.swan_a) if config.logit_scaling == "swan" else
-                       llama4_attention_scale(positions, floor_scale=config.llama4_floor_scale,
-                                              attn_scale=config.llama4_attn_scale))
+            if config.logit_scaling == "swan":
+                factors = swan_log_scale(positions, a=config.swan_a)
+            elif config.logit_scaling == "llama4":
+                factors = llama4_attention_scale(positions, floor_scale=config.llama4_floor_scale,
+                                                 attn_scale=config.llama4_attn_scale)
+            else:
+                factors = torch.full((t,), config.constant_logit_scale, device=x.device)
             query_scale = factors.to(q.dtype)
 
         local = {"S": "sliding", "C": "chunked"}.get(self.code)

@@ -1,0 +1,104 @@
+"""Recorded grids of runs (posbook.experiments.sweep), the task curriculum, and bits per byte beyond the
+training length."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from posbook.experiments import TrainConfig, sweep, train
+from posbook.experiments.train import largest_train_size
+
+TINY = dict(n_layer=2, n_embd=32, n_head=4, pattern="RN")
+
+
+def tiny(**overrides) -> TrainConfig:
+    fields = dict(task="copy", preset="cpu", model=dict(TINY), steps=8, batch_size=8, train_max_size=4,
+                  eval_sizes=[2, 8], eval_every=8, eval_batches=1, warmup=2)
+    fields.update(overrides)
+    return TrainConfig(**fields)
+
+
+@pytest.fixture
+def tiny_grid(tmp_path, monkeypatch):
+    """A two-run grid recorded under tmp_path instead of the package."""
+    runs = {"copy/RoPE": tiny(), "copy/NoPE": tiny(model=dict(TINY, pattern="N"))}
+    monkeypatch.setattr(sweep, "RECORDS", tmp_path)
+    monkeypatch.setitem(sweep.GRIDS, "tiny", lambda: runs)
+    return runs
+
+
+def test_run_id_depends_on_what_changes_results_only():
+    base = tiny()
+    assert sweep.run_id(base) == sweep.run_id(replace(base, out_dir="/somewhere", progress=True, checkpoint_every=3))
+    assert sweep.run_id(base) != sweep.run_id(replace(base, seed=1))
+    assert sweep.run_id(base) != sweep.run_id(replace(base, model=dict(TINY, pattern="N")))
+    # A field left to the preset and the same value given explicitly are the same run.
+    assert sweep.run_id(replace(base, lr=None)) == sweep.run_id(replace(base, lr=3e-3))
+
+
+def test_grid_is_recorded_reloaded_and_reproduced_exactly(tiny_grid, tmp_path):
+    first = sweep.run_grid("tiny", tiny_grid, save=True)
+    saved = json.loads((tmp_path / "tiny.json").read_text())
+    assert list(saved["runs"]) == list(tiny_grid) and sweep.stale_labels("tiny", tiny_grid) == []
+    assert {"git_sha", "torch", "seed"} <= set(first["copy/RoPE"]["provenance"])
+    again = sweep.run_grid("tiny", tiny_grid)          # nothing to train: read back as written
+    assert again == json.loads(json.dumps(first))
+    check = sweep.reproduce("tiny", tiny_grid, ["copy/NoPE"])["copy/NoPE"]
+    assert check["identical"] and check["max_abs_diff"] == 0.0
+    changed = dict(tiny_grid, **{"copy/NoPE": replace(tiny_grid["copy/NoPE"], steps=9)})
+    assert sweep.stale_labels("tiny", changed) == ["copy/NoPE"]
+    with pytest.raises(ValueError, match="no record for its current configuration"):
+        sweep.reproduce("tiny", changed, ["copy/NoPE"])
+
+
+def test_summary_keeps_every_evaluation_and_thins_the_rest():
+    results = train(tiny(steps=130, eval_every=50))
+    kept = sweep.summarise(results)["history"]
+    assert 60 <= len(kept) <= 70
+    assert [h["step"] for h in kept if "accuracy_by_size" in h] == [50, 100, 130]
+    assert kept[-1] == results["history"][-1]
+
+
+def test_bad_grid_arguments_are_named(tiny_grid):
+    with pytest.raises(ValueError, match="grid"):
+        sweep.run_grid("nope", tiny_grid)
+    with pytest.raises(ValueError, match="jobs"):
+        sweep.run_grid("tiny", tiny_grid, jobs=0)
+    with pytest.raises(ValueError, match="runs must be a non-empty dict"):
+        sweep.run_grid("tiny", {})
+    with pytest.raises(ValueError, match="labels entry 'copy/ALiBi'"):
+        sweep.reproduce("tiny", tiny_grid, ["copy/ALiBi"])
+
+
+@pytest.mark.parametrize("grid", sorted(sweep.GRIDS))
+def test_every_shipped_record_matches_its_grid(grid):
+    """A chapter reads these records; a grid changed without re-running the sweep would make it train for an
+    hour (or, worse, show numbers of another configuration), so CI stops here first."""
+    runs = sweep.GRIDS[grid]()
+    assert sweep.stale_labels(grid, runs) == [], f"run `python -m posbook.experiments sweep {grid}`"
+    record = sweep.load_record(grid)
+    for label, run in runs.items():
+        assert record[label]["run"]["seed"] == run.seed and record[label]["run"]["task"] == run.task
+
+
+def test_curriculum_grows_the_largest_size_linearly():
+    run = tiny(train_max_size=8, curriculum_steps=70, steps=100).resolved()
+    sizes = [largest_train_size(run, step) for step in range(100)]
+    assert sizes[0] == 1 and sizes[69] == 7 and sizes[70:] == [8] * 30
+    assert all(b - a in (0, 1) for a, b in zip(sizes, sizes[1:]))
+    assert largest_train_size(tiny(train_max_size=8).resolved(), 0) == 8      # no curriculum: L from step 0
+    with pytest.raises(ValueError, match="curriculum_steps"):
+        tiny(curriculum_steps=-1).resolved()
+
+
+def test_text_runs_report_bits_per_byte_at_longer_lengths():
+    run = TrainConfig(task="text", preset="cpu", model=dict(TINY), steps=2, batch_size=2, seq_len=16, eval_every=2,
+                      eval_batches=1, corpus_bytes=200_000, eval_seq_lens=[16, 64])
+    final = train(run)["final"]
+    assert set(final["val_bpb_by_len"]) == {"16", "64"}
+    assert final["val_bpb_by_len"]["16"] == final["val_bpb"]
+    with pytest.raises(ValueError, match="eval_seq_lens"):
+        replace(run, eval_seq_lens=[0]).resolved()
