@@ -21,7 +21,7 @@ import json
 import multiprocessing
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -57,13 +57,15 @@ def _train_quietly(run: TrainConfig) -> dict[str, Any]:
     return summarise(train(replace(run, out_dir=None, progress=False)))
 
 
-def train_many(runs: list[TrainConfig], jobs: int = 1) -> list[dict[str, Any]]:
-    """Train runs (one process per job, one thread each when jobs > 1) and return their summaries in order."""
+def train_many(runs: list[TrainConfig], jobs: int = 1) -> Iterator[dict[str, Any]]:
+    """Train runs (one process per job, one thread each when jobs > 1) and yield their summaries in order."""
     _checks.number("jobs", jobs, integer=True, positive=True)
     if jobs == 1 or len(runs) < 2:
-        return [summarise(train(replace(run, out_dir=None, progress=False))) for run in runs]
+        for run in runs:
+            yield summarise(train(replace(run, out_dir=None, progress=False)))
+        return
     with multiprocessing.get_context("spawn").Pool(min(jobs, len(runs))) as pool:
-        return pool.map(_train_quietly, runs, chunksize=1)
+        yield from pool.imap(_train_quietly, runs, chunksize=1)
 
 
 def record_path(grid: str) -> Path:
@@ -97,11 +99,17 @@ def run_grid(grid: str, runs: dict[str, TrainConfig], *, retrain: bool = False, 
     todo = list(runs) if retrain else stale_labels(grid, runs)
     for label, summary in zip(todo, train_many([runs[label] for label in todo], jobs=jobs)):
         record[label] = {"id": run_id(runs[label]), **summary}
-    if save and todo:
-        RECORDS.mkdir(exist_ok=True)
-        ordered = {label: record[label] for label in runs}
-        record_path(grid).write_text(json.dumps({"grid": grid, "runs": ordered}, indent=1) + "\n")
+        if save:        # after every run, so that an interrupted sweep keeps what it has done
+            _write_record(grid, record, order=list(runs))
     return {label: record[label] for label in runs}
+
+
+def _write_record(grid: str, record: dict[str, dict[str, Any]], order: list[str]) -> None:
+    RECORDS.mkdir(exist_ok=True)
+    ordered = {label: record[label] for label in order if label in record}
+    tmp = record_path(grid).with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"grid": grid, "runs": ordered}, indent=1) + "\n")
+    tmp.replace(record_path(grid))
 
 
 def reproduce(grid: str, runs: dict[str, TrainConfig], labels: list[str]) -> dict[str, dict[str, Any]]:
@@ -120,7 +128,7 @@ def reproduce(grid: str, runs: dict[str, TrainConfig], labels: list[str]) -> dic
                              f"`python -m posbook.experiments sweep {grid}` first")
     out = {}
     for label in labels:
-        fresh = train_many([runs[label]])[0]
+        fresh = next(train_many([runs[label]]))
         old, new = _flat_metrics(record[label]["final"]), _flat_metrics(fresh["final"])
         diffs = [abs(old[key] - new[key]) for key in old]
         out[label] = {"results": fresh, "max_abs_diff": max(diffs), "identical": old == new}
