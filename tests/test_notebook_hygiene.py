@@ -53,7 +53,7 @@ def test_first_cell_installs_from_declared_repository(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_chapter_declares_kind_and_ends_with_claims_table(path):
     nb = json.loads(path.read_text())
-    assert nb["metadata"].get("posbook", {}).get("kind") in {"analysis", "experiment"}
+    assert nb["metadata"].get("posbook", {}).get("kind") in {"analysis", "experiment", "training"}
     last_code = [c for c in nb["cells"] if c["cell_type"] == "code"][-1]
     assert "".join(last_code["source"]).strip().endswith(".table()")
 
