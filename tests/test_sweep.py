@@ -48,6 +48,7 @@ def test_grid_is_recorded_reloaded_and_reproduced_exactly(tiny_grid, tmp_path):
     assert again == json.loads(json.dumps(first))
     check = sweep.reproduce("tiny", tiny_grid, ["copy/NoPE"])["copy/NoPE"]
     assert check["identical"] and check["max_abs_diff"] == 0.0
+    assert not check["model"].training and check["model"].config.pattern == "N"
     changed = dict(tiny_grid, **{"copy/NoPE": replace(tiny_grid["copy/NoPE"], steps=9)})
     assert sweep.stale_labels("tiny", changed) == ["copy/NoPE"]
     with pytest.raises(ValueError, match="no record for its current configuration"):

@@ -11,7 +11,8 @@ whole layer. :mod:`posbook.claims` checks the numbers the chapters state.
 from .analysis import (attention_mass, cosine_sum, fast_planes, normal_ks_distance, position_aliasing, position_inversion_rate,
                        rope_decay_bound, rope_plane_terms, rope_score_by_distance, score_moments, score_term_moments,
                        split_moments, token_aliasing_rate, token_inversion_rate, gradient_influence,
-                       attention_rows, logit_rows_with_norm, kl_divergence, js_divergence, head_pair_divergence)
+                       attention_rows, logit_rows_with_norm, kl_divergence, js_divergence, head_pair_divergence,
+                       attention_weights)
 from .attention import (IMPLS, NORMALISERS, attention, llama4_attention_scale, local_attention, normalise,
                         swan_log_scale)
 from .bias import T5RelativeBias, alibi_bias, alibi_slopes, relative_positions, t5_relative_buckets
@@ -46,7 +47,8 @@ __all__ = [
     "token_aliasing_rate", "token_inversion_rate",
     "sci", "rope_spec", "rope_turns", "rope_wavelengths", "ramp_gamma", "ramp_weights", "frequency_ratio",
     "yarn_softmax_scale", "softcap", "swan_log_scale", "t5_relative_buckets", "yarn_get_mscale", "yarn_ramp_bounds",
-    "attention_rows", "logit_rows_with_norm", "kl_divergence", "js_divergence", "head_pair_divergence", "normalise", "differential_weights", "needle_to_distractor_ratio",
+    "attention_rows", "logit_rows_with_norm", "kl_divergence", "js_divergence", "head_pair_divergence", "attention_weights",
+    "normalise", "differential_weights", "needle_to_distractor_ratio",
     "attention_costs", "cache_kind", "format_bytes", "indexer_values_per_layer", "kv_cache_table",
     "linear_state_bytes", "parse_config", "without_indexer", "qk_norm_logit_bound", "max_logits_per_head",
 ]

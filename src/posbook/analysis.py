@@ -600,25 +600,10 @@ def attention_rows(model: torch.nn.Module, idx: torch.Tensor) -> dict[str, torch
     Returns:
         A dict with "entropy" and "logit_norm", each float64 of shape [n_layer, batch, n_head, T].
     """
-    from .attention import attention as reference_attention
-    from .experiments.model import GPT
-
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be a posbook.experiments GPT, got {type(model).__name__}")
-    _checks.tensor("idx", idx, ndim=2)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), model.recording_attention() as calls:
-            model(idx)
-    finally:
-        model.train(was_training)
-
     entropies: list[torch.Tensor] = []
     norms: list[torch.Tensor] = []
     with torch.no_grad():
-        for q, k, v, call in calls:
-            _, weights = reference_attention(q, k, v, return_weights=True, impl="reference", **call)
+        for weights, (q, k, _, call) in _recorded_weights(model, idx):
             w = weights.to(torch.float64)
             logs = torch.where(w > 0, w.log(), torch.zeros_like(w))
             entropies.append(-(w * logs).sum(dim=-1))
@@ -701,3 +686,40 @@ def head_pair_divergence(weights_a: torch.Tensor, weights_b: torch.Tensor) -> to
         raise ValueError(f"weights_a and weights_b must share batch and [T, T]; got {tuple(weights_a.shape)} and "
                          f"{tuple(weights_b.shape)}")
     return js_divergence(weights_a[:, :, None], weights_b[:, None, :]).mean(dim=(0, -1))
+
+
+def attention_weights(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    r"""The attention weights of every layer of a :class:`posbook.experiments.model.GPT` on one batch.
+
+    Runs ``model(idx)`` once without gradients inside
+    :meth:`~posbook.experiments.model.GPT.recording_attention` and recomputes each layer's weights with
+    :func:`posbook.attention.attention` (reference path), as :func:`attention_rows` does, so they are the weights
+    of the real forward pass (biases, masks and temperature included). Rows that a causal mask hides are 0.
+
+    Args:
+        model: a posbook.experiments GPT.
+        idx: [batch, T] token ids.
+    Returns:
+        float64 tensor [n_layer, batch, n_head, T, T]; entry [l, b, h, t, s] is how much query t attends to key s.
+    """
+    return torch.stack([weights.to(torch.float64) for weights, _ in _recorded_weights(model, idx)])
+
+
+def _recorded_weights(model: torch.nn.Module, idx: torch.Tensor) -> list[tuple[torch.Tensor, tuple]]:
+    """One eval-mode forward of a GPT with its attention recorded: per layer, the weights recomputed by the
+    reference attention path and the recorded ``(q, k, v, call)``."""
+    from .attention import attention as reference_attention
+    from .experiments.model import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a posbook.experiments GPT, got {type(model).__name__}")
+    _checks.tensor("idx", idx, ndim=2)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), model.recording_attention() as calls:
+            model(idx)
+            return [(reference_attention(q, k, v, return_weights=True, impl="reference", **call)[1], (q, k, v, call))
+                    for q, k, v, call in calls]
+    finally:
+        model.train(was_training)

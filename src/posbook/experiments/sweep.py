@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -26,7 +27,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .. import _checks
-from .train import TrainConfig, train
+from .train import TrainConfig, load_model, train
 
 RECORDS = Path(__file__).resolve().parent / "records"
 # Fields that do not change what a run computes: where it writes, whether it resumes, its progress bar.
@@ -115,9 +116,9 @@ def _write_record(grid: str, record: dict[str, dict[str, Any]], order: list[str]
 def reproduce(grid: str, runs: dict[str, TrainConfig], labels: list[str]) -> dict[str, dict[str, Any]]:
     """Retrain the chosen runs and compare each with its record.
 
-    Returns, per label, the fresh summary (``results``) and the comparison: the largest absolute difference of
-    any final metric (loss, bits per byte, or accuracy at any size) and whether every one of them is equal to the
-    last bit.
+    Returns, per label: the fresh summary (``results``), the trained ``model`` (in eval mode, for probes), the
+    largest absolute difference of any final metric from the record (loss, bits per byte, or accuracy at any size:
+    ``max_abs_diff``), and whether every one of them equals the record to the last bit (``identical``).
     """
     record = load_record(grid)
     for label in labels:
@@ -128,10 +129,12 @@ def reproduce(grid: str, runs: dict[str, TrainConfig], labels: list[str]) -> dic
                              f"`python -m posbook.experiments sweep {grid}` first")
     out = {}
     for label in labels:
-        fresh = next(train_many([runs[label]]))
+        with tempfile.TemporaryDirectory() as folder:
+            fresh = summarise(train(replace(runs[label], out_dir=folder, progress=False)))
+            model, _ = load_model(Path(folder) / "checkpoint.pt")
         old, new = _flat_metrics(record[label]["final"]), _flat_metrics(fresh["final"])
         diffs = [abs(old[key] - new[key]) for key in old]
-        out[label] = {"results": fresh, "max_abs_diff": max(diffs), "identical": old == new}
+        out[label] = {"results": fresh, "model": model.eval(), "max_abs_diff": max(diffs), "identical": old == new}
     return out
 
 
@@ -150,9 +153,11 @@ def _flat_metrics(final: dict[str, Any]) -> dict[str, float]:
 # and the command line build exactly the same runs.
 
 LENGTH_SCHEMES: dict[str, dict[str, Any]] = {
-    # Kazemnejad et al. (2023) compare these five (their APE is the sinusoidal one); p-RoPE (Barbero et al. 2025)
-    # is the sixth.
-    "APE": dict(pattern="N", absolute_positions="sinusoidal"),
+    # Kazemnejad et al. (2023) compare these five; p-RoPE (Barbero et al. 2025) is the sixth. Their APE is the
+    # sinusoidal table; added at unit amplitude to embeddings initialised at std 0.02 it drowns the tokens and
+    # the model does not learn to copy at all, so the grid's APE is GPT-2's learned table, and the sinusoidal one
+    # is run on copy alone ("copy/APE (sinusoidal)/seed") to show that.
+    "APE": dict(pattern="N", absolute_positions="learned"),
     "T5": dict(pattern="T"),
     "ALiBi": dict(pattern="A"),
     "RoPE": dict(pattern="R"),
@@ -171,6 +176,9 @@ def length_generalisation() -> dict[str, TrainConfig]:
         for scheme, model in LENGTH_SCHEMES.items():
             for seed in SEEDS:
                 runs[f"{task}/{scheme}/{seed}"] = TrainConfig(task=task, preset="cpu", model=dict(model), seed=seed)
+    for seed in SEEDS:
+        runs[f"copy/APE (sinusoidal)/{seed}"] = TrainConfig(
+            task="copy", preset="cpu", model=dict(pattern="N", absolute_positions="sinusoidal"), seed=seed)
     # The paper's addition protocol (sums of up to L = 8 digits) at this model size: not learned even in-distribution.
     for scheme in ("RoPE", "NoPE"):
         runs[f"addition-L8/{scheme}/0"] = TrainConfig(task="addition", preset="cpu", model=dict(LENGTH_SCHEMES[scheme]),
@@ -202,7 +210,30 @@ def position_comparison() -> dict[str, TrainConfig]:
             for name, model in POSITION_VARIANTS.items() for seed in SEEDS}
 
 
+# Chapter 17's retrieval models: passkey haystacks of up to 16 filler tokens in training, tested to 64. The
+# iRoPE variants' local layers see 8 tokens, so a needle deeper than that is reachable only through the global
+# NoPE layer.
+PROBE_WINDOW = 8
+PROBE_VARIANTS: dict[str, dict[str, Any]] = {
+    "RoPE": dict(pattern="R"),
+    "NoPE": dict(pattern="N"),
+    "ALiBi": dict(pattern="A"),
+    "iRoPE": dict(pattern="SSSN", window=PROBE_WINDOW, qk_norm="all"),
+    "iRoPE, no QK-Norm in NoPE": dict(pattern="SSSN", window=PROBE_WINDOW, qk_norm="rope"),
+}
+
+
+def long_context() -> dict[str, TrainConfig]:
+    """Chapter 17: passkey retrieval for five schemes × three seeds, trained on haystacks of 1..16 filler tokens
+    for 600 steps, evaluated to 64 (labels like ``"iRoPE/0"``)."""
+    return {f"{name}/{seed}": TrainConfig(task="passkey", preset="cpu", model=dict(model), seed=seed,
+                                          train_max_size=16, steps=600, eval_every=600,
+                                          eval_sizes=[4, 8, 12, 16, 20, 24, 32, 40, 48, 64])
+            for name, model in PROBE_VARIANTS.items() for seed in SEEDS}
+
+
 GRIDS: dict[str, Callable[[], dict[str, TrainConfig]]] = {
     "length_generalisation": length_generalisation,
     "position_comparison": position_comparison,
+    "long_context": long_context,
 }
