@@ -1,0 +1,128 @@
+"""Probes of trained passkey-retrieval models: needle-in-a-haystack attention mass and the answer's gradient influence.
+
+The passkey task (:mod:`posbook.experiments.tasks`) lays out one example as::
+
+    BOS  filler[:depth]  MARK d1 … d5 MARK  filler[depth:]  QUERY SEP  d1 … d5 EOS
+
+:func:`passkey_probe_batch` builds a batch of such examples with the needle at one chosen depth, so that every row
+shares the same token regions, and names those regions the way Yang et al. (2025) do for their
+needle-in-a-haystack probe: Begin (the first tokens, where an attention sink sits), Needle (the marked passkey),
+Context (the filler) and End (the query and the answer). :func:`niah_attention_mass` then measures, per layer, how
+much attention the End queries put on each region (with :func:`posbook.analysis.attention_mass`), and
+:func:`answer_gradient_influence` the gradient influence G(d) of the first answer digit
+(:func:`posbook.analysis.gradient_influence`). Chapter "Long-context probes on trained models" uses them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _checks
+
+REGIONS = ("begin", "needle", "context", "end")
+
+
+def passkey_probe_batch(n: int, depth: int, batch: int, generator: torch.Generator, *,
+                        n_begin: int = 3) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """A batch of passkey examples with ``n`` filler tokens and the needle after ``depth`` of them.
+
+    Tokens are drawn as in :func:`posbook.experiments.tasks.make_batch` (random digits for the key, random
+    non-digit symbols for the filler), only the depth is fixed, so that the regions are the same in every row.
+
+    Args:
+        n: filler tokens (the haystack size of the task), ≥ 1.
+        depth: filler tokens before the needle, in [n_begin − 1, n] so that Begin holds no needle token.
+        batch: number of examples, ≥ 1.
+        generator: a torch.Generator (the draws are reproducible).
+        n_begin: tokens in the Begin region: BOS and the first n_begin − 1 filler tokens, ≥ 1.
+    Returns:
+        ``(inputs, targets, regions)``: inputs and targets [batch, T] with T = n + 2·5 + 5 (the input stops before
+        EOS; targets are IGNORE except on the answer digits and EOS, as in make_batch), and regions, name → bool
+        tensor [T] over the input positions, for "begin", "needle" (MARK, the five digits, MARK), "context" (the
+        other filler tokens) and "end" (QUERY, SEP and the five answer digits). The four regions partition the
+        positions.
+    """
+    from .experiments import tasks
+
+    _checks.number("n", n, integer=True, positive=True)
+    _checks.number("batch", batch, integer=True, positive=True)
+    _checks.number("n_begin", n_begin, integer=True, positive=True)
+    _checks.number("depth", depth, integer=True)
+    if not n_begin - 1 <= depth <= n:
+        raise ValueError(f"depth must be in [n_begin - 1, n] = [{n_begin - 1}, {n}] so that Begin holds no needle "
+                         f"token, got {depth}")
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    k = tasks.PASSKEY_DIGITS
+    key = torch.randint(0, 10, (batch, k), generator=generator)
+    filler = torch.randint(10, tasks.N_SYMBOLS, (batch, n), generator=generator)
+
+    def column(token: int) -> torch.Tensor:
+        return torch.full((batch, 1), token, dtype=torch.long)
+
+    tokens = torch.cat([column(tasks.BOS), filler[:, :depth], column(tasks.MARK), key, column(tasks.MARK),
+                        filler[:, depth:], column(tasks.QUERY), column(tasks.SEP), key, column(tasks.EOS)], dim=1)
+    inputs = tokens[:, :-1].contiguous()
+    answer_start = n + k + 5                     # BOS + n filler + MARK + k digits + MARK + QUERY + SEP
+    targets = torch.full_like(inputs, tasks.IGNORE)
+    targets[:, answer_start - 1:] = tokens[:, answer_start:]
+    t = inputs.shape[1]
+    pos = torch.arange(t)
+    needle = (pos >= depth + 1) & (pos <= depth + k + 2)
+    end = pos >= answer_start - 2                # QUERY, SEP and the answer digits fed back in
+    begin = pos < n_begin
+    context = ~(needle | end | begin)
+    return inputs, targets, {"begin": begin, "needle": needle, "context": context, "end": end}
+
+
+def niah_attention_mass(model: torch.nn.Module, inputs: torch.Tensor,
+                        regions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Attention mass of the End queries on each region, per layer (Yang et al. 2025's NIAH bookkeeping).
+
+    Takes every layer's weights from :func:`posbook.analysis.attention_weights` (the real forward pass: local
+    masks, biases and QK-Norm included), keeps the rows of the queries in ``regions["end"]`` and sums them per region
+    with :func:`posbook.analysis.attention_mass`, averaged over the batch, the heads and the End queries.
+
+    Args:
+        model: a posbook.experiments GPT.
+        inputs: [batch, T] token ids.
+        regions: name → bool tensor [T]; must contain "end" (the queries).
+    Returns:
+        name → float64 tensor [n_layer]; the mean over layers is the figure Yang et al. report.
+    """
+    from .analysis import attention_mass, attention_weights
+
+    _checks.tensor("inputs", inputs, ndim=2)
+    if not isinstance(regions, dict) or "end" not in regions:
+        raise ValueError(f"regions must be a dict of name -> bool tensor with an 'end' entry, got "
+                         f"{sorted(regions) if isinstance(regions, dict) else type(regions).__name__}")
+    end = regions["end"]
+    _checks.tensor("regions['end']", end, ndim=1)
+    if end.dtype != torch.bool or end.shape[0] != inputs.shape[1] or not bool(end.any()):
+        raise ValueError(f"regions['end'] must be a non-empty bool tensor of {inputs.shape[1]} entries, got "
+                         f"dtype {end.dtype}, {end.shape[0]} entries")
+    layers = [attention_mass(weights[..., end, :], regions) for weights in attention_weights(model, inputs)]
+    return {name: torch.stack([mass[name] for mass in layers]) for name in regions}
+
+
+def answer_gradient_influence(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """G(d) of the first answer digit: :func:`posbook.analysis.gradient_influence` at the SEP position.
+
+    The prediction made at SEP is the first passkey digit; G(d) is the mean norm of the gradient of its
+    log-probability with respect to the input embedding d tokens back (d = 0 is SEP itself).
+
+    Args:
+        model: a posbook.experiments GPT.
+        inputs, targets: [batch, T] from :func:`passkey_probe_batch` (all rows of the same layout).
+    Returns:
+        float64 tensor [t + 1] with t the SEP position; entry d = G(d).
+    """
+    from .analysis import gradient_influence
+    from .experiments import tasks
+
+    _checks.tensor("inputs", inputs, ndim=2)
+    sep = (inputs == tasks.SEP).nonzero()
+    if sep.shape[0] != inputs.shape[0] or not bool((sep[:, 1] == sep[0, 1]).all()):
+        raise ValueError("inputs must hold exactly one SEP per row, at the same position in every row "
+                         "(use passkey_probe_batch)")
+    return gradient_influence(model, model.embed, inputs, targets, position=int(sep[0, 1]))
