@@ -1,9 +1,9 @@
 """Close a test run: the per-notebook execution-time table (slowest first), budgets, and one summary line.
 
 Budgets on the 2-core CI machine: an analysis chapter ≤ 45 s, an experiment chapter ≤ 150 s, a training chapter
-(Part V: it retrains some of the recorded runs to show the record is what the code computes) ≤ 480 s (a notebook
+(Part V: it retrains some of the recorded runs to show the record is what the code computes) ≤ 900 s (a notebook
 says which it is in its metadata, ``"posbook": {"kind": "analysis" | "experiment" | "training"}``), all notebooks
-together ≤ 25 min. A notebook over its budget fails the run.
+together ≤ 40 min. A notebook over its budget fails the run.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "_build" / "reports"
-BUDGET_S = {"analysis": 45.0, "experiment": 150.0, "training": 480.0}
-TOTAL_BUDGET_S = 25 * 60.0
+BUDGET_S = {"analysis": 45.0, "experiment": 150.0, "training": 900.0}
+TOTAL_BUDGET_S = 40 * 60.0
 
 
 def notebook_kind(path: Path) -> str:
@@ -66,7 +66,7 @@ def main() -> int:
 
     start = ROOT / "_build" / "reports" / "started"
     if start.exists():
-        print(f"whole test command so far: {time.time() - float(start.read_text()):.0f} s (budget 2700 s)")
+        print(f"whole test command so far: {time.time() - float(start.read_text()):.0f} s (budget 3600 s)")
     print(f"\nposbook: {passed} passed, {failures} failed, {skipped} skipped")
     return 1 if (failed or failures) else 0
 

@@ -250,6 +250,7 @@ def train(run: TrainConfig) -> dict[str, Any]:
     if out_dir is not None and rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
 
+    git_sha = _git_sha()        # the commit checked out when the run starts (the code that runs)
     data = corpus_lib.load_corpus(run.corpus_bytes) if run.task == "text" else None
     config = model_config(run)
     torch.manual_seed(run.seed)
@@ -335,7 +336,7 @@ def train(run: TrainConfig) -> dict[str, Any]:
     results = {
         "final": final, "history": history, "tokens_per_s": tokens_per_s, "mfu": mfu,
         "model": config.to_dict(), "run": asdict(run), "n_params": model.num_params(),
-        "provenance": {"git_sha": _git_sha(), "torch": torch.__version__, "python": sys.version.split()[0],
+        "provenance": {"git_sha": git_sha, "torch": torch.__version__, "python": sys.version.split()[0],
                        "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
                        "world_size": world, "preset": run.preset, "seed": run.seed,
                        "corpus_sha256": data.sha256 if data else None, "wall_time_s": time.time() - t_start,
