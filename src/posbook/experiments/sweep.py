@@ -9,9 +9,13 @@ wall time). A chapter then calls :func:`run_grid`, which takes each run from the
 the same configuration and trains it otherwise, and :func:`reproduce`, which retrains chosen runs and compares
 them with the record, so that the page itself shows that the record is what this code computes.
 
-Training on a CPU is deterministic here: a run gives the same bits with one thread or two, so a retrained run
-equals its record exactly on the machine that wrote the record; another CPU may round differently, which is why
-:func:`reproduce` reports the differences instead of assuming them zero.
+Training on a CPU is deterministic for a fixed number of threads, but not across thread counts for every
+layer: the additive-bias schemes (ALiBi, T5) go through kernels whose reductions split by thread, and 600 steps
+turn a last-bit difference into a different model (measured: copy/ALiBi/0 retrained with two threads differs
+from its one-thread record by 0.27 in exact match at one size). So every run here, recorded or reproduced,
+trains with one thread; a retrained run then equals its record exactly on the machine that wrote the record,
+and :func:`reproduce` reports the differences instead of assuming them zero, for another CPU may round
+differently.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import hashlib
 import json
 import multiprocessing
 import tempfile
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -53,17 +58,28 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in results.items() if k != "history"}, "history": kept}
 
 
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Train with one thread (see the module docstring: results depend on the thread count), then restore it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _train_quietly(run: TrainConfig) -> dict[str, Any]:
-    torch.set_num_threads(1)        # one process per core; a run's bits do not depend on the thread count
-    return summarise(train(replace(run, out_dir=None, progress=False)))
+    with _one_thread():
+        return summarise(train(replace(run, out_dir=None, progress=False)))
 
 
 def train_many(runs: list[TrainConfig], jobs: int = 1) -> Iterator[dict[str, Any]]:
-    """Train runs (one process per job, one thread each when jobs > 1) and yield their summaries in order."""
+    """Train runs (one process per job, one thread each) and yield their summaries in order."""
     _checks.number("jobs", jobs, integer=True, positive=True)
     if jobs == 1 or len(runs) < 2:
         for run in runs:
-            yield summarise(train(replace(run, out_dir=None, progress=False)))
+            yield _train_quietly(run)
         return
     with multiprocessing.get_context("spawn").Pool(min(jobs, len(runs))) as pool:
         yield from pool.imap(_train_quietly, runs, chunksize=1)
@@ -129,7 +145,7 @@ def reproduce(grid: str, runs: dict[str, TrainConfig], labels: list[str]) -> dic
                              f"`python -m posbook.experiments sweep {grid}` first")
     out = {}
     for label in labels:
-        with tempfile.TemporaryDirectory() as folder:
+        with tempfile.TemporaryDirectory() as folder, _one_thread():
             fresh = summarise(train(replace(runs[label], out_dir=folder, progress=False)))
             model, _ = load_model(Path(folder) / "checkpoint.pt")
         old, new = _flat_metrics(record[label]["final"]), _flat_metrics(fresh["final"])
