@@ -17,7 +17,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from posbook.attention import local_attention
+from posbook.local import local_attention
 from posbook.experiments.model import GPT, GPTConfig
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from posbook import analysis
+from posbook.experiments import probes as analysis
 from posbook.experiments.model import GPT, GPTConfig
 
 

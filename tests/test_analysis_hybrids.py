@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import posbook.analysis as A
+import posbook as A
 from posbook.experiments import GPT, GPTConfig
 
 

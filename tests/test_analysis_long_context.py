@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import posbook as pb
-from posbook import analysis as an
+import posbook as an
 
 F64 = torch.float64
 

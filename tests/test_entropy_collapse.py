@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import posbook as pb
-from posbook.experiments import GPT, GPTConfig
+from posbook.experiments import GPT, GPTConfig, probes
 
 
 def test_logit_rows_are_centred_with_the_requested_norm_and_respect_the_bound():
-    rows = pb.analysis.logit_rows_with_norm(16, [0.0, 1.0, 7.5], 50, generator=torch.Generator().manual_seed(0))
+    rows = pb.logit_rows_with_norm(16, [0.0, 1.0, 7.5], 50, generator=torch.Generator().manual_seed(0))
     assert rows.shape == (3, 50, 16) and rows.dtype == torch.float64
     assert float(rows.mean(-1).abs().max()) < 1e-12
     torch.testing.assert_close(rows.norm(dim=-1), torch.tensor([0.0, 1.0, 7.5], dtype=torch.float64)[:, None]
@@ -23,13 +23,13 @@ def test_logit_rows_are_centred_with_the_requested_norm_and_respect_the_bound():
 
 def test_logit_rows_reject_bad_input():
     with pytest.raises(ValueError, match="n"):
-        pb.analysis.logit_rows_with_norm(1, [1.0], 3)
+        pb.logit_rows_with_norm(1, [1.0], 3)
     with pytest.raises(ValueError, match="norms"):
-        pb.analysis.logit_rows_with_norm(4, [-1.0], 3)
+        pb.logit_rows_with_norm(4, [-1.0], 3)
     with pytest.raises(ValueError, match="norms"):
-        pb.analysis.logit_rows_with_norm(4, [], 3)
+        pb.logit_rows_with_norm(4, [], 3)
     with pytest.raises(ValueError, match="count"):
-        pb.analysis.logit_rows_with_norm(4, [1.0], 0)
+        pb.logit_rows_with_norm(4, [1.0], 0)
 
 
 def _model(**overrides):
@@ -40,7 +40,7 @@ def _model(**overrides):
 def test_attention_rows_match_a_direct_computation_and_follow_temperature():
     model = _model()
     idx = torch.randint(0, 24, (2, 12), generator=torch.Generator().manual_seed(1))
-    rows = pb.analysis.attention_rows(model, idx)
+    rows = probes.attention_rows(model, idx)
     assert rows["entropy"].shape == rows["logit_norm"].shape == (2, 2, 2, 12)
     # The first query sees one key: zero entropy, zero centred norm. Query t's entropy is at most log(t + 1).
     assert float(rows["entropy"][..., 0].abs().max()) < 1e-6
@@ -59,20 +59,20 @@ def test_attention_rows_match_a_direct_computation_and_follow_temperature():
                                rtol=1e-5, atol=1e-6)
     # Temperature 0.1 multiplies every logit, hence every centred norm, by 10.
     model.config.attn_temperature = 0.1
-    sharp = pb.analysis.attention_rows(model, idx)
+    sharp = probes.attention_rows(model, idx)
     torch.testing.assert_close(sharp["logit_norm"][0], 10 * rows["logit_norm"][0], rtol=1e-5, atol=1e-6)
     assert model.training  # mode restored
 
 
 def test_attention_rows_reject_other_models_and_uncovered_layers():
     with pytest.raises(TypeError, match="model"):
-        pb.analysis.attention_rows(torch.nn.Linear(2, 2), torch.zeros(1, 2, dtype=torch.long))
+        probes.attention_rows(torch.nn.Linear(2, 2), torch.zeros(1, 2, dtype=torch.long))
 
 
 def test_attention_rows_of_sliding_layers_see_only_the_window():
     # A row over n visible keys has entropy in [0, log n]: the first query sees one key, later ones at most 4.
     model = _model(pattern="S", window=4)
-    rows = pb.analysis.attention_rows(model, torch.randint(0, 24, (2, 12), generator=torch.Generator().manual_seed(1)))
+    rows = probes.attention_rows(model, torch.randint(0, 24, (2, 12), generator=torch.Generator().manual_seed(1)))
     visible = torch.arange(12).add(1).clamp(max=4).double()
     assert rows["entropy"].shape[-1] == 12
     assert (rows["entropy"] >= -1e-12).all() and (rows["entropy"] <= visible.log() + 1e-9).all()

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import posbook as pb
-from posbook.attention import local_attention
+from posbook.local import local_attention
 from posbook.experiments import GPT, GPTConfig, LAYER_CODES, TrainConfig, train
 from posbook.experiments import corpus as corpus_lib
 from posbook.experiments import tasks as tasks_lib
@@ -29,6 +29,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
                                      {"absolute_positions": "sinusoidal", "logit_scaling": "llama4"}])
 def test_every_layer_code_is_causal_and_trains(code, options):
     torch.manual_seed(0)
+    if code == "D" and {"sinks", "softcap"} & set(options):
+        with pytest.raises(ValueError, match="layer code D"):   # refused at construction, not mid-step
+            GPTConfig(pattern=code + "N", **TINY, **options)
+        return
     model = GPT(GPTConfig(pattern=code + "N", **TINY, **options)).double()
     idx = torch.randint(0, 256, (2, 20))
     logits = model(idx)
@@ -76,6 +80,10 @@ def test_recorded_attention_calls_reproduce_every_layer(code):
     model = GPT(GPTConfig(pattern=code + "N", **TINY, logit_scaling="swan")).double()
     idx = torch.randint(0, 256, (2, 20))
     plain = model(idx)
+    if code == "D":     # two attention maps: no single call to record, and the error says so
+        with pytest.raises(ValueError, match="differential"), model.recording_attention():
+            model(idx)
+        return
     with model.recording_attention() as calls:
         recorded = model(idx)
     assert len(calls) == model.config.n_layer and all(b.attn.recorder is None for b in model.blocks)
@@ -284,3 +292,39 @@ def test_constant_logit_scaling_multiplies_only_nope_logits():
     torch.testing.assert_close(rope_scaled(idx), rope_plain(idx), rtol=0, atol=0)
     with pytest.raises(ValueError, match="constant_logit_scale"):
         GPTConfig(constant_logit_scale=0.0)
+
+
+def _every_code(**options) -> GPTConfig:
+    pattern = options.pop("pattern", "".join(LAYER_CODES))
+    return GPTConfig(pattern=pattern, n_layer=len(pattern), n_embd=32, n_head=4, window=4, chunk_size=4,
+                     max_seq_len=32, **options)
+
+
+def test_compiled_model_with_every_layer_code_has_no_graph_break_and_agrees_with_eager():
+    # fullgraph=True fails on the first graph break: a host synchronisation (.item(), bool(tensor)) in any layer's
+    # forward, or any Python the compiler cannot trace, would stop it here.
+    torch.manual_seed(0)
+    eager = GPT(_every_code(logit_scaling="swan"))
+    compiled_model = GPT(_every_code(logit_scaling="swan"))
+    compiled_model.load_state_dict(eager.state_dict())
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    out_eager, out_compiled = eager(idx), compiled(idx)
+    torch.testing.assert_close(out_compiled, out_eager, rtol=1e-5, atol=1e-5)
+    out_eager.logsumexp(-1).mean().backward()
+    out_compiled.logsumexp(-1).mean().backward()
+    for (name, p), q in zip(eager.named_parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("options", [{"sinks": True, "pattern": "RNSCPHAT"}, {"softcap": 30.0, "pattern": "RNSCPHAT"},
+                                     {"logit_scaling": "llama4", "qk_norm": "rope", "pattern": "RNSCPHAT"},
+                                     {"logit_scaling": "constant", "absolute_positions": "learned"},
+                                     {"absolute_positions": "sinusoidal", "n_kv_head": 2, "pattern": "RNSCPHAT"}])
+def test_every_option_traces_as_one_graph(options):
+    # The eager backend traces with dynamo and runs the captured graph as is: graph breaks fail, numbers are eager's.
+    torch.manual_seed(0)
+    model = GPT(_every_code(**options))
+    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    traced = torch.compile(model, backend="eager", fullgraph=True)
+    torch.testing.assert_close(traced(idx), model(idx), rtol=0, atol=0)

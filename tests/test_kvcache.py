@@ -122,7 +122,7 @@ def test_model_table_rope_configs_all_load_or_are_known_exceptions():
 # ---- the calculator and its neighbours (chapter "Heads, head_dim and the KV cache") ----------------------------
 import json
 
-import posbook.kvcache as kvc
+import posbook as kvc
 
 
 def test_format_bytes_uses_binary_units():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from transformers.models.deepseek_v4.modeling_deepseek_v4 import eager_attention_forward as deepseek_v4_eager
 
 import posbook as pb
-from posbook.attention import NORMALISERS, normalise
+from posbook.normalisers import NORMALISERS, normalise
 
 F64 = torch.float64
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from posbook import probes
+from posbook.experiments import probes
 from posbook.experiments import GPT, GPTConfig, tasks
 
 

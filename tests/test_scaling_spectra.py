@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import yarn_apply_mscale
 
 import posbook as pb
-from posbook import scaling
+import posbook as scaling
 
 F64 = torch.float64
 BASE = dict(hidden_size=1024, num_attention_heads=8, max_position_embeddings=4096)

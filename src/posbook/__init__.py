@@ -1,54 +1,82 @@
 """posbook — position and numerics in transformer attention, the library behind the book's chapters.
 
-Each mechanism lives in one module, in the order data flows through an attention layer:
-:mod:`posbook.scaling` (rotary frequencies and context extension) → :mod:`posbook.norms` (QK-Norm) →
-:mod:`posbook.rope` (rotation of q and k) → :mod:`posbook.bias` (ALiBi, T5) and :mod:`posbook.masks` →
-:mod:`posbook.attention` (scores, normalisers, gates) → :mod:`posbook.diff_attention`;
-:mod:`posbook.stability` (entropy, softcap, QK-Clip) and :mod:`posbook.kvcache` (cache arithmetic) look at the
-whole layer. :mod:`posbook.claims` checks the numbers the chapters state.
+One module per concern, in the order data flows through an attention layer:
+
+1. rotary frequencies — :mod:`posbook.scaling` (``rope_parameters``: the registry of rope types and context
+   extension), :mod:`posbook.spectrum` (reading a spectrum: wavelengths, turns, ramps);
+2. q and k before the logits — :mod:`posbook.norms` (RMSNorm, QK-Norm), :mod:`posbook.rope` (rotation, layouts);
+3. the logits — :mod:`posbook.bias` (ALiBi, T5), :mod:`posbook.logit_scales` (SWAN, Llama 4), :mod:`posbook.masks`;
+4. weights and output — :mod:`posbook.normalisers` (softmax, softmax1, sink, sigmoid), :mod:`posbook.core` (the
+   reference attention and its fast paths), :mod:`posbook.local` (blocked sliding/chunked attention),
+   :mod:`posbook.diff_attention`;
+5. the whole layer — :mod:`posbook.stability` (entropy, softcap, QK-Clip), :mod:`posbook.kvcache` (cache arithmetic),
+   :mod:`posbook.models` (the sourced configs of real models);
+6. measurements — :mod:`posbook.score` (the score as a sum of cosines), :mod:`posbook.precision` (aliasing),
+   :mod:`posbook.divergence` (KL, Jensen–Shannon), :mod:`posbook.influence` (attention mass, G(d));
+7. the book — :mod:`posbook.claims` (checked numbers), :mod:`posbook.viz`, :mod:`posbook.device`.
+
+:mod:`posbook.experiments` (a small GPT, tasks, a trainer, recorded grids, probes of trained models) imports this
+core; the core never imports it.
 """
 
-from .analysis import (attention_mass, cosine_sum, fast_planes, normal_ks_distance, position_aliasing, position_inversion_rate,
-                       rope_decay_bound, rope_plane_terms, rope_score_by_distance, score_moments, score_term_moments,
-                       split_moments, token_aliasing_rate, token_inversion_rate, gradient_influence,
-                       attention_rows, logit_rows_with_norm, kl_divergence, js_divergence, head_pair_divergence,
-                       attention_weights)
-from .attention import (IMPLS, NORMALISERS, attention, llama4_attention_scale, local_attention, normalise,
-                        swan_log_scale)
-from .bias import T5RelativeBias, alibi_bias, alibi_slopes, relative_positions, t5_relative_buckets
-from .claims import ClaimError, Claims, glue, sci
-from .device import default_device
-from .diff_attention import DiffAttention, differential_weights, lambda_init, needle_to_distractor_ratio
-from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, attention_costs, cache_kind, format_bytes,
-                      indexer_values_per_layer, kv_cache_bytes, kv_cache_bytes_per_token, kv_cache_table,
-                      kv_values_per_layer, layer_kinds, linear_state_bytes, model_config, models, parse_config,
-                      without_indexer)
-from .masks import MASK_KINDS, attention_mask, block_mask, mask_mod
+from .scaling import (ROPE_TYPES, RopeSpec, RopeType, default_inv_freq, rope_parameters, rope_spec, yarn_get_mscale,
+                      yarn_ramp_bounds, yarn_softmax_scale)
+from .spectrum import frequency_ratio, ramp_gamma, ramp_weights, rope_turns, rope_wavelengths
 from .norms import QKNorm, RMSNorm, qk_norm_logit_bound, rms_norm
 from .rope import LAYOUTS, apply_rope, half_to_interleaved, interleaved_to_half, rope_cos_sin
-from .scaling import (ROPE_TYPES, RopeSpec, default_inv_freq, frequency_ratio, ramp_gamma, ramp_weights,
-                      rope_parameters, rope_spec, rope_turns, rope_wavelengths, yarn_get_mscale, yarn_ramp_bounds,
-                      yarn_softmax_scale)
-from .stability import (attention_entropy, entropy_lower_bound, extremal_logits, max_logits_per_head, qk_clip_,
-                        qk_clip_factors, qk_clip_mla_, softcap)
+from .bias import BIASES, ALiBiBias, T5RelativeBias, alibi_bias, alibi_slopes, relative_positions, t5_relative_buckets
+from .logit_scales import LOGIT_SCALES, llama4_attention_scale, swan_log_scale
+from .masks import MASK_KINDS, attention_mask, block_mask, mask_mod
+from .normalisers import NORMALISERS, normalise
+from .core import IMPLS, attention
+from .local import local_attention
+from .diff_attention import DiffAttention, differential_weights, lambda_init, needle_to_distractor_ratio
+from .stability import (attention_entropy, entropy_lower_bound, extremal_logits, logit_rows_with_norm,
+                        max_logits_per_head, qk_clip_, qk_clip_factors, qk_clip_mla_, softcap)
+from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, attention_costs, cache_kind, format_bytes,
+                      indexer_values_per_layer, kv_cache_bytes, kv_cache_bytes_per_token, kv_cache_table,
+                      kv_values_per_layer, layer_kinds, linear_state_bytes, parse_config, without_indexer)
+from .models import model_config, models
+from .score import (cosine_sum, fast_planes, normal_ks_distance, position_inversion_rate, rope_decay_bound,
+                    rope_plane_terms, rope_score_by_distance, score_moments, score_term_moments, split_moments,
+                    token_inversion_rate)
+from .precision import position_aliasing, token_aliasing_rate
+from .divergence import (DIVERGENCE_FORMS, HEAD_PAIRS, head_pair_divergence, js_divergence, kl_divergence,
+                         pattern_distance)
+from .influence import attention_mass, gradient_influence
+from .claims import ClaimError, Claims, glue, sci
+from .device import default_device
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "IMPLS", "KV_LAYER_TYPES", "LAYOUTS", "MASK_KINDS", "NORMALISERS", "ROPE_TYPES", "STATE_LAYER_TYPES",
-    "ClaimError", "Claims", "DiffAttention", "QKNorm", "RMSNorm", "RopeSpec", "T5RelativeBias",
-    "alibi_bias", "alibi_slopes", "apply_rope", "attention", "attention_entropy", "attention_mask", "block_mask",
-    "default_device", "default_inv_freq", "entropy_lower_bound", "extremal_logits", "glue", "half_to_interleaved",
-    "interleaved_to_half", "kv_cache_bytes", "kv_cache_bytes_per_token", "kv_values_per_layer", "lambda_init",
-    "layer_kinds", "llama4_attention_scale", "local_attention", "mask_mod", "model_config", "models", "qk_clip_", "qk_clip_factors",
-    "qk_clip_mla_", "relative_positions", "rms_norm", "rope_cos_sin", "rope_decay_bound", "rope_parameters",
-    "attention_mass", "gradient_influence", "cosine_sum", "fast_planes", "normal_ks_distance", "position_aliasing", "position_inversion_rate",
+    # 1. rotary frequencies and context extension
+    "ROPE_TYPES", "RopeSpec", "RopeType", "default_inv_freq", "rope_parameters", "rope_spec", "yarn_get_mscale",
+    "yarn_ramp_bounds", "yarn_softmax_scale",
+    "frequency_ratio", "ramp_gamma", "ramp_weights", "rope_turns", "rope_wavelengths",
+    # 2. q and k: QK-Norm and rotation
+    "QKNorm", "RMSNorm", "qk_norm_logit_bound", "rms_norm",
+    "LAYOUTS", "apply_rope", "half_to_interleaved", "interleaved_to_half", "rope_cos_sin",
+    # 3. the logits: biases, position-dependent scales, masks
+    "BIASES", "ALiBiBias", "T5RelativeBias", "alibi_bias", "alibi_slopes", "relative_positions", "t5_relative_buckets",
+    "LOGIT_SCALES", "llama4_attention_scale", "swan_log_scale",
+    "MASK_KINDS", "attention_mask", "block_mask", "mask_mod",
+    # 4. weights and output
+    "NORMALISERS", "normalise", "IMPLS", "attention", "local_attention",
+    "DiffAttention", "differential_weights", "lambda_init", "needle_to_distractor_ratio",
+    # 5. the whole layer: stability and the KV cache
+    "attention_entropy", "entropy_lower_bound", "extremal_logits", "logit_rows_with_norm", "max_logits_per_head",
+    "qk_clip_", "qk_clip_factors", "qk_clip_mla_", "softcap",
+    "KV_LAYER_TYPES", "STATE_LAYER_TYPES", "attention_costs", "cache_kind", "format_bytes", "indexer_values_per_layer",
+    "kv_cache_bytes", "kv_cache_bytes_per_token", "kv_cache_table", "kv_values_per_layer", "layer_kinds",
+    "linear_state_bytes", "parse_config", "without_indexer",
+    "model_config", "models",
+    # 6. measurements
+    "cosine_sum", "fast_planes", "normal_ks_distance", "position_inversion_rate", "rope_decay_bound",
     "rope_plane_terms", "rope_score_by_distance", "score_moments", "score_term_moments", "split_moments",
-    "token_aliasing_rate", "token_inversion_rate",
-    "sci", "rope_spec", "rope_turns", "rope_wavelengths", "ramp_gamma", "ramp_weights", "frequency_ratio",
-    "yarn_softmax_scale", "softcap", "swan_log_scale", "t5_relative_buckets", "yarn_get_mscale", "yarn_ramp_bounds",
-    "attention_rows", "logit_rows_with_norm", "kl_divergence", "js_divergence", "head_pair_divergence", "attention_weights",
-    "normalise", "differential_weights", "needle_to_distractor_ratio",
-    "attention_costs", "cache_kind", "format_bytes", "indexer_values_per_layer", "kv_cache_table",
-    "linear_state_bytes", "parse_config", "without_indexer", "qk_norm_logit_bound", "max_logits_per_head",
+    "token_inversion_rate", "position_aliasing", "token_aliasing_rate",
+    "DIVERGENCE_FORMS", "HEAD_PAIRS", "head_pair_divergence", "js_divergence", "kl_divergence", "pattern_distance",
+    "attention_mass", "gradient_influence",
+    # 7. the book
+    "ClaimError", "Claims", "glue", "sci", "default_device",
 ]

@@ -83,3 +83,24 @@ def query_key_lengths(q_len: Any, k_len: Any) -> tuple[int, int]:
     if k_len < q_len:
         raise ValueError(f"k_len must be >= q_len (queries are the last q_len positions), got k_len={k_len}, q_len={q_len}")
     return q_len, k_len
+
+
+def scores(name: str, value: Any, min_len: int) -> torch.Tensor:
+    """A floating tensor of finite scores with at least ``min_len`` entries (distances) in its last dimension."""
+    tensor(name, value, ndim_min=1, floating=True)
+    if value.shape[-1] < min_len:
+        raise ValueError(f"{name} must hold at least {min_len} distances in its last dimension, got "
+                         f"{tuple(value.shape)}")
+    return finite(name, value)
+
+
+def broadcastable_to(name: str, value: torch.Tensor, shape: tuple[int, ...]) -> None:
+    """value must broadcast *to* shape (not merely with it)."""
+    # It must broadcast *to* the shape, not with it: a mask for all 8 positions passed with 1 query would
+    # otherwise silently turn the output into 8 rows.
+    try:
+        ok = torch.broadcast_shapes(value.shape, shape) == torch.Size(shape)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to {shape}")

@@ -53,6 +53,10 @@ def alibi_bias(slopes: torch.Tensor, q_len: int, k_len: int | None = None) -> to
     """
     _checks.tensor("slopes", slopes, ndim=1, floating=True)
     _checks.finite("slopes", slopes)
+    return _alibi(slopes, q_len, k_len)
+
+
+def _alibi(slopes: torch.Tensor, q_len: int, k_len: int | None) -> torch.Tensor:
     distance = relative_positions(q_len, k_len, device=slopes.device).abs().to(slopes.dtype)
     return -slopes[:, None, None] * distance
 
@@ -112,3 +116,23 @@ class T5RelativeBias(nn.Module):
         buckets = t5_relative_buckets(rel, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
                                       max_distance=self.max_distance)
         return self.embedding(buckets).permute(2, 0, 1)
+
+
+class ALiBiBias(nn.Module):
+    """ALiBi as a module: the slopes of :func:`alibi_slopes` for ``n_heads`` heads, fixed (a buffer, not learned).
+
+    ``forward(q_len, k_len)`` returns :func:`alibi_bias`'s [n_heads, q_len, k_len], without re-checking the slopes
+    it made itself, so a model calls it every step without reading tensor values on the host.
+    """
+
+    def __init__(self, n_heads: int):
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
+
+    def forward(self, q_len: int, k_len: int | None = None) -> torch.Tensor:
+        return _alibi(self.slopes, q_len, k_len)
+
+
+BIASES: dict[str, type[nn.Module]] = {"alibi": ALiBiBias, "t5": T5RelativeBias}
+"""The registry of additive position biases, name → module class: ``cls(n_heads, **options)``, and its
+``forward(q_len, k_len)`` returns the [n_heads, q_len, k_len] bias to add to the scaled logits."""

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from . import _checks
-from .attention import attention
+from .core import attention
 from .norms import RMSNorm
 from .rope import apply_rope
 

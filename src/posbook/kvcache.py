@@ -9,16 +9,14 @@ Per token and per attention layer a model caches
 
 Layers whose ``layer_types`` entry is a linear-attention or state-space layer keep a fixed-size state and no KV;
 sliding-window and chunked layers keep at most their window. Caches this arithmetic does not model (compressed
-or cross-layer-shared KV) raise an error rather than a wrong number. :func:`models` holds the configs of the models the
-book discusses, each value with its source (``src/posbook/data/models.json``).
+or cross-layer-shared KV) raise an error rather than a wrong number. The configs of the models the book discusses
+live in :mod:`posbook.models`.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import json
-from importlib import resources
 from typing import Any, Mapping
 
 from . import _checks
@@ -127,28 +125,6 @@ def kv_cache_bytes(config: Mapping[str, Any], seq_len: int, dtype_bytes: float =
             "chunked_attention": lambda: min(seq_len, _int_key(config, "attention_chunk_size"))}
     return sum(kv_values_per_layer(config, kind) * nbytes * kept[kind]()
                for kind in layer_kinds(config) if kind in KV_LAYER_TYPES)
-
-
-@functools.lru_cache(maxsize=1)
-def _models() -> dict[str, Any]:
-    text = resources.files("posbook").joinpath("data/models.json").read_text(encoding="utf-8")
-    return json.loads(text)["models"]
-
-
-def models() -> dict[str, Any]:
-    """The models the book discusses: name → ``{"hf_id", "config", "sources", "provenance", "notes"}``.
-
-    Every config value has an entry in ``sources`` (the model's config.json on the Hugging Face Hub, or the paper
-    and section it comes from). Returns a fresh copy; edit it freely.
-    """
-    return copy.deepcopy(_models())
-
-
-def model_config(name: str) -> dict[str, Any]:
-    """The config of one model of :func:`models`, ready for :func:`kv_cache_bytes_per_token` and
-    :func:`posbook.scaling.rope_parameters`."""
-    _checks.choice("name", name, sorted(_models()))
-    return copy.deepcopy(_models()[name]["config"])
 
 
 # ---- Chapter "Heads, head_dim and the KV cache": the calculator and the costs that sit next to the cache ----------

@@ -13,60 +13,74 @@ absolute position ``k_len − q_len + r``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from . import _checks
 
-MASK_KINDS = ("full", "causal", "sliding", "chunked")
-"""``full`` (bidirectional, nothing hidden), ``causal``, ``sliding`` (causal, the last ``window`` keys including
-the query's own), ``chunked`` (causal within fixed blocks of ``chunk_size`` positions: Llama 4's local layers)."""
-
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+@dataclass(frozen=True)
+class MaskKind:
+    """One kind of mask: its rule on absolute positions, ``allowed(i, j, size)``, and the size it needs, if any."""
+
+    rule: Callable[[torch.Tensor, torch.Tensor, int | None], torch.Tensor]
+    size_name: str | None = None
+    summary: str = ""
+
+
+def _sliding(i, j, window):
+    distance = i - j
+    return (distance >= 0) & (distance < window)
+
+
+MASK_KINDS: dict[str, MaskKind] = {
+    "full": MaskKind(lambda i, j, size: (i >= 0) & (j >= 0), summary="bidirectional, nothing hidden"),
+    "causal": MaskKind(lambda i, j, size: i >= j, summary="each query sees itself and the keys before it"),
+    "sliding": MaskKind(_sliding, "window", "causal, the last `window` keys including the query's own"),
+    "chunked": MaskKind(lambda i, j, size: (i >= j) & (i // size == j // size), "chunk_size",
+                        "causal within fixed blocks of `chunk_size` positions (Llama 4's local layers)"),
+}
+"""The registry of masks, kind → :class:`MaskKind`. The sliding rule keeps keys with 0 ≤ i − j < window, as Hugging
+Face's ``sliding_window`` does; the chunked rule keeps keys with j ≤ i in the same block ⌊i / chunk_size⌋."""
+
+
 def local_size(kind: str, *, window: int | None, chunk_size: int | None) -> int | None:
-    """The size a local kind needs (``window`` for sliding, ``chunk_size`` for chunked), checked; None otherwise.
+    """The size a kind needs (``window`` for sliding, ``chunk_size`` for chunked), checked; None otherwise.
 
     Each size belongs to one kind: giving it with another kind is an error, not silently ignored.
     """
-    for name, value, owner in (("window", window, "sliding"), ("chunk_size", chunk_size, "chunked")):
-        if kind == owner:
+    sizes = {"window": window, "chunk_size": chunk_size}
+    owners = {m.size_name: name for name, m in MASK_KINDS.items() if m.size_name}
+    needed = MASK_KINDS[kind].size_name
+    for name, value in sizes.items():
+        if name == needed:
             if value is None:
-                raise ValueError(f"kind={owner!r} needs {name}, got None")
+                raise ValueError(f"kind={kind!r} needs {name}, got None")
             _checks.number(name, value, integer=True, positive=True)
         elif value is not None:
-            raise ValueError(f"{name} only applies to kind={owner!r}, got {name}={value!r} with kind={kind!r}")
-    return window if kind == "sliding" else chunk_size if kind == "chunked" else None
+            raise ValueError(f"{name} only applies to kind={owners[name]!r}, got {name}={value!r} with kind={kind!r}")
+    return None if needed is None else sizes[needed]
 
 
 def mask_mod(kind: str, *, window: int | None = None, chunk_size: int | None = None, q_offset: int = 0) -> MaskMod:
     """The rule ``allowed(batch, head, q_idx, kv_idx) -> bool tensor`` in flex_attention's ``mask_mod`` form.
 
     ``q_offset`` is added to ``q_idx`` to get the query's absolute position (k_len − q_len when the queries are the
-    last positions). The sliding rule keeps keys with 0 ≤ i − j < window, as Hugging Face's ``sliding_window``
-    does; the chunked rule keeps keys with j ≤ i in the same block ⌊i / chunk_size⌋.
+    last positions). The rules are those of :data:`MASK_KINDS`.
     """
     _checks.choice("kind", kind, MASK_KINDS)
     _checks.number("q_offset", q_offset, integer=True, min_value=0)
-    local_size(kind, window=window, chunk_size=chunk_size)
+    size = local_size(kind, window=window, chunk_size=chunk_size)
+    rule = MASK_KINDS[kind].rule
 
-    def full(b, h, q_idx, kv_idx):
-        return (q_idx + q_offset) >= 0  # all True, shaped like q_idx
+    def allowed(b, h, q_idx, kv_idx):
+        return rule(q_idx + q_offset, kv_idx, size)
 
-    def causal(b, h, q_idx, kv_idx):
-        return (q_idx + q_offset) >= kv_idx
-
-    def sliding(b, h, q_idx, kv_idx):
-        distance = (q_idx + q_offset) - kv_idx
-        return (distance >= 0) & (distance < window)
-
-    def chunked(b, h, q_idx, kv_idx):
-        i = q_idx + q_offset
-        return (i >= kv_idx) & (i // chunk_size == kv_idx // chunk_size)
-
-    return {"full": full, "causal": causal, "sliding": sliding, "chunked": chunked}[kind]
+    return allowed
 
 
 def attention_mask(kind: str, q_len: int, k_len: int | None = None, *, window: int | None = None,

@@ -24,24 +24,6 @@ import torch
 
 from . import _checks
 
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "proportional", "ntk", "ntk_by_parts")
-"""Every ``rope_type`` that :func:`rope_parameters` knows."""
-
-# Keys each type reads from the rope dict, beyond rope_type/type, rope_theta and partial_rotary_factor.
-# Anything else in the dict is an error: a misspelt key (``"factors"``) would otherwise be ignored silently.
-_TYPE_KEYS: dict[str, frozenset[str]] = {
-    "default": frozenset(),
-    "linear": frozenset({"factor"}),
-    "dynamic": frozenset({"factor"}),
-    "ntk": frozenset({"factor"}),
-    "yarn": frozenset({"factor", "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-                       "truncate", "original_max_position_embeddings"}),
-    "ntk_by_parts": frozenset({"factor", "beta_fast", "beta_slow", "truncate", "original_max_position_embeddings"}),
-    "llama3": frozenset({"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}),
-    "proportional": frozenset({"factor"}),
-}
-
-
 def default_inv_freq(rotary_dim: int, rope_theta: float = 10000.0, *,
                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The RoFormer spectrum θ_i = rope_theta^(−2i/rotary_dim), i = 0 … rotary_dim/2 − 1.
@@ -162,14 +144,14 @@ def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeS
     if max_pos is not None:
         _checks.number("max_position_embeddings", max_pos, integer=True, positive=True)
 
+    keys = ROPE_TYPES[rope_type].keys
     ignored = {"mrope_section", "mrope_interleaved"} if rope_type == "default" else set()
-    unknown = (set(rope) - _TYPE_KEYS[rope_type] - ignored
-               - {"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+    unknown = set(rope) - keys - ignored - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
     if unknown:
         raise ValueError(f"rope dict has key(s) {sorted(unknown)} that rope_type {rope_type!r} does not use; "
-                         f"expected some of {sorted(_TYPE_KEYS[rope_type])}")
-    params = {k: rope[k] for k in _TYPE_KEYS[rope_type] if k in rope}
-    if "original_max_position_embeddings" in _TYPE_KEYS[rope_type]:
+                         f"expected some of {sorted(keys)}")
+    params = {k: rope[k] for k in keys if k in rope}
+    if "original_max_position_embeddings" in keys:
         params["original_max_position_embeddings"] = _original_max_positions(config, rope, max_pos)
     return RopeSpec(rope_type, rope_theta, head_dim, float(partial), rotary_dim, max_pos, params)
 
@@ -181,7 +163,7 @@ def _rope_type(rope: Mapping[str, Any]) -> str:
     rope_type = new if new is not None else old if old is not None else "default"
     if rope_type == "longrope":
         raise ValueError("rope_type 'longrope' (Phi-3) is not implemented in posbook; "
-                         f"expected one of {ROPE_TYPES}")
+                         f"expected one of {tuple(ROPE_TYPES)}")
     return _checks.choice("rope_type", rope_type, ROPE_TYPES)
 
 
@@ -387,10 +369,42 @@ def _proportional(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, fl
     return theta / _factor(spec, required=False, default=1.0), 1.0
 
 
-_RULES: dict[str, Callable[[RopeSpec, int | None], tuple[torch.Tensor, float]]] = {
-    "default": _default, "linear": _linear, "dynamic": _dynamic, "yarn": _yarn, "llama3": _llama3,
-    "proportional": _proportional, "ntk": _ntk, "ntk_by_parts": _ntk_by_parts,
-}
+@dataclass(frozen=True)
+class RopeType:
+    """One ``rope_type``: everything posbook knows about it, in one record.
+
+    Attributes:
+        name: the ``rope_type`` string of a config.
+        rule: ``(spec, seq_len) -> (float64 inv_freq, attention_factor)``.
+        keys: the keys it reads from the rope dict, beyond rope_type/type, rope_theta and partial_rotary_factor.
+            Anything else in the dict is an error: a misspelt key (``"factors"``) would otherwise be ignored.
+        extension_factor: for a type whose spectrum blends θ and θ/s plane by plane (θ' = θ·(γ + (1 − γ)/s)),
+            the function that reads s from the spec; None for the others. :func:`posbook.ramp_weights` needs it.
+        in_transformers: whether ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` has it (the test
+            suite holds those equal to Hugging Face).
+    """
+
+    name: str
+    rule: Callable[[RopeSpec, int | None], tuple[torch.Tensor, float]]
+    keys: frozenset[str] = frozenset()
+    extension_factor: Callable[[RopeSpec], float] | None = None
+    in_transformers: bool = True
+
+
+_RAMP_KEYS = frozenset({"factor", "beta_fast", "beta_slow", "truncate", "original_max_position_embeddings"})
+
+ROPE_TYPES: dict[str, RopeType] = {t.name: t for t in (
+    RopeType("default", _default),
+    RopeType("linear", _linear, frozenset({"factor"}), _factor),
+    RopeType("dynamic", _dynamic, frozenset({"factor"})),
+    RopeType("yarn", _yarn, _RAMP_KEYS | {"attention_factor", "mscale", "mscale_all_dim"}, _yarn_factor),
+    RopeType("llama3", _llama3, frozenset({"factor", "low_freq_factor", "high_freq_factor",
+                                           "original_max_position_embeddings"}), _factor),
+    RopeType("proportional", _proportional, frozenset({"factor"})),
+    RopeType("ntk", _ntk, frozenset({"factor"}), _factor, in_transformers=False),
+    RopeType("ntk_by_parts", _ntk_by_parts, _RAMP_KEYS, _factor, in_transformers=False),
+)}
+"""The registry of rope types, name → :class:`RopeType`: a new type is one entry here."""
 
 
 def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, layer_type: str | None = None,
@@ -415,105 +429,8 @@ def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, la
     if seq_len is not None:
         _checks.number("seq_len", seq_len, integer=True, positive=True)
     _checks.dtype("dtype", dtype)
-    inv_freq, attention_factor = _RULES[spec.rope_type](spec, seq_len)
+    inv_freq, attention_factor = ROPE_TYPES[spec.rope_type].rule(spec, seq_len)
     return inv_freq.to(dtype=dtype, device=device), float(attention_factor)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Reading a spectrum: wavelengths, turns over a length, the NTK-by-parts ramp, and what a rescaling did per plane.
-# Chapter "Context extension: PI, NTK, YaRN and llama3" uses these to compare methods and real models' configs.
-# ---------------------------------------------------------------------------------------------------------------
-
-def _spectrum_tensor(name: str, inv_freq: Any) -> torch.Tensor:
-    _checks.tensor(name, inv_freq, ndim=1, floating=True)
-    _checks.finite(name, inv_freq)
-    if bool((inv_freq < 0).any()):
-        raise ValueError(f"{name} must hold frequencies >= 0, got {_checks._show(inv_freq)} with negative entries")
-    return inv_freq
-
-
-def rope_wavelengths(inv_freq: torch.Tensor) -> torch.Tensor:
-    """Wavelength 2π/θ_i of every plane, in tokens: after that many positions plane i has turned once.
-
-    Planes with θ_i = 0 (the unrotated planes of ``"proportional"`` RoPE) get an infinite wavelength. The result
-    has the dtype of ``inv_freq``; pass a float64 spectrum for exact counts near a threshold.
-    """
-    inv_freq = _spectrum_tensor("inv_freq", inv_freq)
-    return torch.where(inv_freq > 0, 2 * math.pi / inv_freq, torch.full_like(inv_freq, math.inf))
-
-
-def rope_turns(inv_freq: torch.Tensor, length: float) -> torch.Tensor:
-    """How many full turns each plane completes over ``length`` tokens: r_i = length·θ_i/(2π) = length/λ_i.
-
-    This is YaRN's r(d) = L/λ_d (Peng et al. 2023) with L the original context. A plane with r_i < 1 never
-    completes a turn within ``length``: the angles it reaches beyond that length are ones it has never seen.
-    """
-    inv_freq = _spectrum_tensor("inv_freq", inv_freq)
-    _checks.number("length", length, positive=True)
-    return inv_freq * (float(length) / (2 * math.pi))
-
-
-def ramp_gamma(turns: torch.Tensor, alpha: float = 1.0, beta: float = 32.0) -> torch.Tensor:
-    """The NTK-by-parts ramp of the YaRN paper, linear in the number of turns r: γ = 0 below α, 1 above β.
-
-    γ(r) = clamp((r − α)/(β − α), 0, 1). A plane keeps its frequency where γ = 1 and is interpolated by the
-    factor s where γ = 0: θ' = θ·(γ + (1 − γ)/s). With α = β the ramp is a step, γ = 1 exactly where r > β
-    (Llama 4's equal ``low_freq_factor`` and ``high_freq_factor``; Kimi K2's ``beta_fast == beta_slow``).
-
-    ``"llama3"`` scaling is this ramp with α = ``low_freq_factor``, β = ``high_freq_factor`` and r counted over
-    ``original_max_position_embeddings``. ``"yarn"`` as implemented (reference code, Hugging Face, posbook) blends
-    linearly in the plane index between the planes where r = β and r = α instead; :func:`ramp_weights` returns
-    the γ a config actually uses.
-    """
-    _checks.tensor("turns", turns, floating=True)
-    _checks.number("alpha", alpha, min_value=0.0)
-    _checks.number("beta", beta, min_value=0.0)
-    if beta < alpha:
-        raise ValueError(f"beta must be >= alpha (turns), got alpha={alpha!r}, beta={beta!r}")
-    if bool(torch.isnan(turns).any()) or bool((turns < 0).any()):
-        raise ValueError(f"turns must be >= 0 and not NaN, got {_checks._show(turns)}")
-    if alpha == beta:
-        return (turns > beta).to(turns.dtype)
-    return ((turns - alpha) / (beta - alpha)).clamp(0, 1)
-
-
-def frequency_ratio(config: Mapping[str, Any], seq_len: int | None = None, *,
-                    layer_type: str | None = None) -> torch.Tensor:
-    """θ'_i/θ_i in float64: what a config's rescaling does to each plane's frequency.
-
-    θ_i is the unscaled RoFormer spectrum of the same ``rope_theta`` (over rotary_dim, or over head_dim for
-    ``"proportional"``, whose unrotated planes give 0). 1 means the plane is untouched, 1/factor means it is
-    interpolated like position interpolation. ``seq_len`` (``"dynamic"``) and ``layer_type`` (configs with one rope
-    dict per layer type) are passed on to :func:`rope_parameters`.
-    """
-    spec = rope_spec(config, layer_type)
-    scaled, _ = rope_parameters(config, seq_len, layer_type=layer_type, dtype=torch.float64)
-    reference = _spectrum(2 * scaled.numel(), spec.rope_theta)
-    return scaled / reference
-
-
-_BLEND_TYPES = ("linear", "ntk", "ntk_by_parts", "yarn", "llama3")
-
-
-def ramp_weights(config: Mapping[str, Any], *, layer_type: str | None = None) -> torch.Tensor:
-    """Per-plane weight γ_i with θ'_i = θ_i·(γ_i + (1 − γ_i)/s), recovered from the config's own spectrum.
-
-    s is the config's ``factor`` (for ``"yarn"`` without one, max_position_embeddings /
-    original_max_position_embeddings). γ = 1: the plane keeps its frequency (extrapolation); γ = 0: it is divided
-    by s (interpolation). Position interpolation gives γ = 0 everywhere, the NTK-aware base change a smooth
-    geometric curve, YaRN a ramp linear in the plane index, llama3 a ramp linear in turns (:func:`ramp_gamma`).
-    Defined for rope types whose rule is such a blend: ``"linear"``, ``"ntk"``, ``"ntk_by_parts"``, ``"yarn"``,
-    ``"llama3"``; the factor must be > 1. ``layer_type`` selects the rope dict of configs that have one per layer type.
-    """
-    spec = rope_spec(config, layer_type)
-    if spec.rope_type not in _BLEND_TYPES:
-        raise ValueError(f"ramp_weights needs a rope_type that blends θ and θ/factor, one of {_BLEND_TYPES}; got "
-                         f"{spec.rope_type!r} (use frequency_ratio for any type)")
-    factor = _yarn_factor(spec) if spec.rope_type == "yarn" else _factor(spec)
-    if factor == 1:
-        raise ValueError("factor must be > 1 to tell interpolation from extrapolation, got 1")
-    ratio = frequency_ratio(config, layer_type=layer_type)
-    return (ratio * factor - 1) / (factor - 1)
 
 
 def yarn_softmax_scale(config: Mapping[str, Any], *, layer_type: str | None = None) -> float:

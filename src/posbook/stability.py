@@ -174,3 +174,32 @@ def max_logits_per_head(q: torch.Tensor, k: torch.Tensor, *, scale: float | None
             future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
             logits = logits.masked_fill(future, -math.inf)
         return logits.amax(dim=(0, 2, 3))
+
+
+def logit_rows_with_norm(n: int, norms: torch.Tensor | list[float], count: int, *,
+                         generator: torch.Generator | None = None) -> torch.Tensor:
+    """Random rows of ``n`` logits in uniformly random directions, centred and scaled to each given norm.
+
+    Softmax ignores a common shift, so only the centred part of a row matters; the rows returned have mean zero
+    and centred 2-norm exactly ``norms[i]`` (float64). Used to hold sampled rows against
+    :func:`posbook.stability.entropy_lower_bound`.
+
+    Args:
+        n: keys per row (at least 2).
+        norms: 1-D sequence of non-negative norms R.
+        count: rows drawn per norm.
+        generator: optional torch.Generator for reproducibility.
+    Returns:
+        float64 tensor [len(norms), count, n].
+    """
+    _checks.number("n", n, integer=True, min_value=2)
+    _checks.number("count", count, integer=True, positive=True)
+    radii = torch.as_tensor(norms, dtype=torch.float64)
+    if radii.ndim != 1 or radii.numel() == 0:
+        raise ValueError(f"norms must be a non-empty 1-D sequence, got shape {tuple(radii.shape)}")
+    if not bool(torch.isfinite(radii).all()) or bool((radii < 0).any()):
+        raise ValueError(f"norms must be finite and >= 0, got {norms!r}")
+    z = torch.randn(radii.numel(), count, n, generator=generator, dtype=torch.float64)
+    z = z - z.mean(dim=-1, keepdim=True)
+    z = z / z.norm(dim=-1, keepdim=True)
+    return z * radii[:, None, None]

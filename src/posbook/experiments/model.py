@@ -11,7 +11,11 @@ P     p-RoPE: only the fastest fraction ``rope_fraction`` of the frequencies tur
 H     partial RoPE: the first ``rope_fraction`` of each head's dimensions turn, over the whole spectrum
 A     ALiBi bias, global
 T     T5 relative-position buckets, global
+D     differential attention (Ye et al. 2024) with RoPE, global: n_head/2 differential heads of head_dim
 ====  =====================================================================================================
+
+Each code is one entry of :data:`LAYER_CODES`, a :class:`LayerKind` that says what the layer does to q, k, the
+logits and the mask; a new kind of layer is one entry there.
 
 Absolute position embeddings (learned or sinusoidal) are added to the token embeddings when
 ``absolute_positions`` says so; with ``pattern="N"`` that is the original Transformer. Everything a layer does
@@ -21,7 +25,8 @@ the experiments run the mechanisms the chapters explain, not a second copy of th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
@@ -30,27 +35,77 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import _checks
-from ..attention import attention, llama4_attention_scale, local_attention, swan_log_scale
-from ..bias import T5RelativeBias, alibi_bias, alibi_slopes
+from ..bias import BIASES
+from ..core import attend, resolved_impl
+from ..diff_attention import DiffAttention
+from ..local import local_attend
+from ..logit_scales import LOGIT_SCALES
 from ..masks import attention_mask
 from ..norms import RMSNorm
-from ..rope import apply_rope, rope_cos_sin
+from ..rope import _apply_rope_reference, rope_cos_sin
 from ..scaling import rope_parameters
 
-LAYER_CODES = {
-    "R": "RoPE, global",
-    "N": "NoPE, global",
-    "S": "RoPE, sliding window",
-    "C": "RoPE, chunked",
-    "P": "p-RoPE (proportional), global",
-    "H": "partial RoPE, global",
-    "A": "ALiBi, global",
-    "T": "T5 relative bias, global",
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What one layer code does.
+
+    Attributes:
+        summary: one line for ``python -m posbook.experiments patterns``.
+        rope: the layer's rope config dict (Hugging Face form, for :func:`posbook.rope_parameters`) from the model
+            config, or None for a layer that does not rotate q and k.
+        mask: the kind of :data:`posbook.masks.MASK_KINDS` the layer attends with: "causal" (global),
+            "sliding" (``window``) or "chunked" (``chunk_size``).
+        bias: the :data:`posbook.bias.BIASES` module the layer adds to its logits, built from the model config.
+        differential: the layer is :class:`posbook.DiffAttention` (two softmax maps, their difference).
+        position_free: no position enters the layer at all (NoPE): ``logit_scaling`` applies to it.
+    """
+
+    summary: str
+    rope: Callable[["GPTConfig"], dict] | None = None
+    mask: str = "causal"
+    bias: Callable[["GPTConfig"], nn.Module] | None = None
+    differential: bool = False
+    position_free: bool = False
+
+
+def _rope(config: "GPTConfig") -> dict:
+    return {"rope_theta": config.rope_theta, "head_dim": config.head_dim}
+
+
+def _p_rope(config: "GPTConfig") -> dict:
+    return {"head_dim": config.head_dim, "rope_parameters": {
+        "rope_type": "proportional", "rope_theta": config.rope_theta, "partial_rotary_factor": config.rope_fraction}}
+
+
+def _partial_rope(config: "GPTConfig") -> dict:
+    return {**_rope(config), "partial_rotary_factor": config.rope_fraction}
+
+
+LAYER_CODES: dict[str, LayerKind] = {
+    "R": LayerKind("RoPE, global", rope=_rope),
+    "N": LayerKind("NoPE, global", position_free=True),
+    "S": LayerKind("RoPE, sliding window", rope=_rope, mask="sliding"),
+    "C": LayerKind("RoPE, chunked", rope=_rope, mask="chunked"),
+    "P": LayerKind("p-RoPE (proportional), global", rope=_p_rope),
+    "H": LayerKind("partial RoPE, global", rope=_partial_rope),
+    "A": LayerKind("ALiBi, global", bias=lambda c: BIASES["alibi"](c.n_head)),
+    "T": LayerKind("T5 relative bias, global", bias=lambda c: BIASES["t5"](
+        c.n_head, bidirectional=False, num_buckets=c.t5_num_buckets, max_distance=c.t5_max_distance)),
+    "D": LayerKind("differential attention, RoPE, global", rope=_rope, differential=True),
 }
-ROTARY_CODES = set("RSCPH")
+"""The registry of layer codes, code → :class:`LayerKind`."""
+
 ABSOLUTE_POSITIONS = ("none", "learned", "sinusoidal")
 QK_NORM_MODES = ("none", "all", "rope")          # "rope": only in layers that rotate (Llama 4 drops it in NoPE layers)
-LOGIT_SCALINGS = ("none", "swan", "llama4", "constant")   # applied to the queries of global NoPE layers
+# The factor per query position that logit_scaling puts on the queries of NoPE layers, from the model config.
+LOGIT_SCALINGS: dict[str, Callable[[torch.Tensor, "GPTConfig"], torch.Tensor] | None] = {
+    "none": None,
+    "swan": lambda positions, c: LOGIT_SCALES["swan"](positions, a=c.swan_a),
+    "llama4": lambda positions, c: LOGIT_SCALES["llama4"](positions, floor_scale=c.llama4_floor_scale,
+                                                          attn_scale=c.llama4_attn_scale),
+    "constant": lambda positions, c: torch.full(positions.shape, c.constant_logit_scale),
+}
 
 
 @dataclass
@@ -82,6 +137,7 @@ class GPTConfig:
     attn_temperature: float = 1.0        # every layer's logits are divided by it (read at each forward, so it can change mid-run)
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
+    diff_head_norm: bool = True          # for D: the per-head RMSNorm of differential attention (False: the ablation)
     layer_codes: list[str] = field(init=False)
 
     def __post_init__(self):
@@ -102,10 +158,28 @@ class GPTConfig:
         unknown = sorted(set(self.pattern) - set(LAYER_CODES))
         if unknown:
             raise ValueError(f"pattern {self.pattern!r} has unknown layer code(s) {unknown}; known: "
-                             + ", ".join(f"{c} = {d}" for c, d in LAYER_CODES.items()))
+                             + ", ".join(f"{c} = {kind.summary}" for c, kind in LAYER_CODES.items()))
+        if "D" in self.pattern:
+            if self.n_head % 2:
+                raise ValueError(f"layer code D splits the n_head={self.n_head} heads into n_head/2 differential "
+                                 "heads; n_head must be even")
+            if self.sinks or self.softcap is not None or self.qk_norm != "none" or self.n_kv_head not in (None, self.n_head):
+                raise ValueError("layer code D (differential attention) has no sinks, softcap, QK-Norm or grouped-"
+                                 "query heads in this model; got sinks={}, softcap={}, qk_norm={!r}, n_kv_head={}".format(
+                                     self.sinks, self.softcap, self.qk_norm, self.n_kv_head))
+        if not isinstance(self.diff_head_norm, bool):
+            raise TypeError(f"diff_head_norm must be a bool, got {type(self.diff_head_norm).__name__} "
+                            f"{self.diff_head_norm!r}")
+        if not isinstance(self.sinks, bool):
+            raise TypeError(f"sinks must be a bool, got {type(self.sinks).__name__} {self.sinks!r}")
         _checks.choice("absolute_positions", self.absolute_positions, ABSOLUTE_POSITIONS)
         _checks.choice("qk_norm", self.qk_norm, QK_NORM_MODES)
         _checks.choice("logit_scaling", self.logit_scaling, LOGIT_SCALINGS)
+        if self.logit_scaling == "swan":
+            LOGIT_SCALES["swan"](torch.zeros(1), a=self.swan_a)       # checks a once, here
+        elif self.logit_scaling == "llama4":
+            LOGIT_SCALES["llama4"](torch.zeros(1), floor_scale=self.llama4_floor_scale,
+                                   attn_scale=self.llama4_attn_scale)
         _checks.number("rope_theta", self.rope_theta, positive=True)
         _checks.number("rope_fraction", self.rope_fraction, positive=True)
         if self.rope_fraction > 1:
@@ -135,41 +209,51 @@ def sinusoidal_positions(n_positions: int, dim: int) -> torch.Tensor:
     return table.float()
 
 
+def _rope_tables(config: GPTConfig, rope: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq, attention_factor = rope_parameters(rope)
+    return rope_cos_sin(torch.arange(config.max_seq_len), inv_freq, attention_factor=attention_factor)
+
+
 class Attention(nn.Module):
-    """One attention layer: projections → QK-Norm → position scheme → posbook.attention → output projection."""
+    """One attention layer: projections → QK-Norm → position scheme → attention core → output projection.
+
+    Everything the layer kind and the config decide is read once, here; ``forward`` runs the unchecked core
+    (:func:`posbook.core.attend`, :func:`posbook.local.local_attend`) and reads no tensor values on the host.
+    """
 
     def __init__(self, config: GPTConfig, code: str):
         super().__init__()
-        self.code, self.config = code, config
+        self.code, self.config, kind = code, config, LAYER_CODES[code]
         h, kv, d = config.n_head, config.n_kv_head or config.n_head, config.head_dim
         self.n_head, self.n_kv_head, self.head_dim = h, kv, d
         self.q_proj = nn.Linear(config.n_embd, h * d, bias=False)
         self.k_proj = nn.Linear(config.n_embd, kv * d, bias=False)
         self.v_proj = nn.Linear(config.n_embd, kv * d, bias=False)
         self.o_proj = nn.Linear(h * d, config.n_embd, bias=False)
-        rotary = code in ROTARY_CODES
-        self.qk_norm = config.qk_norm == "all" or (config.qk_norm == "rope" and rotary)
+        self.rotary = kind.rope is not None
+        self.qk_norm = config.qk_norm == "all" or (config.qk_norm == "rope" and self.rotary)
         if self.qk_norm:
             self.q_norm, self.k_norm = RMSNorm(d), RMSNorm(d)
-        if rotary:
-            rope = {"rope_theta": config.rope_theta, "head_dim": d}
-            if code == "P":
-                rope["rope_parameters"] = {"rope_type": "proportional", "rope_theta": config.rope_theta,
-                                           "partial_rotary_factor": config.rope_fraction}
-                del rope["rope_theta"]
-            elif code == "H":
-                rope["partial_rotary_factor"] = config.rope_fraction
-            inv_freq, attention_factor = rope_parameters(rope)
-            cos, sin = rope_cos_sin(torch.arange(config.max_seq_len), inv_freq, attention_factor=attention_factor)
+        if self.rotary:
+            cos, sin = _rope_tables(config, kind.rope(config))
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
-        if code == "A":
-            self.register_buffer("slopes", alibi_slopes(h), persistent=False)
-        if code == "T":
-            self.t5 = T5RelativeBias(h, bidirectional=False, num_buckets=config.t5_num_buckets,
-                                     max_distance=config.t5_max_distance)
+        self.bias = None if kind.bias is None else kind.bias(config)
         if config.sinks:
             self.sink = nn.Parameter(torch.zeros(h))
+        scaling = LOGIT_SCALINGS[config.logit_scaling] if kind.position_free else None
+        self.scaled = scaling is not None
+        if self.scaled:
+            self.register_buffer("query_scale", scaling(torch.arange(config.max_seq_len), config).float(),
+                                 persistent=False)
+        self.mask_kind = kind.mask
+        self.local = kind.mask != "causal"
+        # Local layers run the blocked kernel unless the core must see the full logits (sinks, softcap).
+        self.blocked = self.local and not config.sinks and config.softcap is None
+        self.normaliser = "sink" if config.sinks else "softmax"
+        self.impl = resolved_impl("auto", query_scale=self.scaled or None, softcap=config.softcap,
+                                  normaliser=self.normaliser)
+        self.scale = 1.0 / math.sqrt(d)
         self.recorder: list | None = None    # set by GPT.recording_attention
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -180,45 +264,58 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(batch, t, self.n_kv_head, self.head_dim).transpose(1, 2)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.code in ROTARY_CODES:
+        if self.rotary:
             cos, sin = self.cos[:t], self.sin[:t]
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = _apply_rope_reference(q, cos, sin, "half"), _apply_rope_reference(k, cos, sin, "half")
         if config.attn_temperature != 1.0:
             # Dividing q divides every logit q·k (and every ALiBi/T5 bias is added after, unscaled, as in attention()).
             q = q / config.attn_temperature
+        query_scale = self.query_scale[:t].to(q.dtype) if self.scaled else None
 
-        query_scale = None
-        if self.code == "N" and config.logit_scaling != "none":
-            positions = torch.arange(t, device=x.device)
-            if config.logit_scaling == "swan":
-                factors = swan_log_scale(positions, a=config.swan_a)
-            elif config.logit_scaling == "llama4":
-                factors = llama4_attention_scale(positions, floor_scale=config.llama4_floor_scale,
-                                                 attn_scale=config.llama4_attn_scale)
-            else:
-                factors = torch.full((t,), config.constant_logit_scale, device=x.device)
-            query_scale = factors.to(q.dtype)
-
-        local = {"S": "sliding", "C": "chunked"}.get(self.code)
-        if local and not config.sinks and config.softcap is None and self.recorder is None:
+        if self.blocked and self.recorder is None:
             # Blocked SDPA: a local layer does only the work its window needs (equal to the masked call below).
-            y = local_attention(q, k, v, kind=local, window=config.window, chunk_size=config.chunk_size,
-                                query_scale=query_scale)
+            y = local_attend(q, k, v, kind=self.mask_kind, window=config.window, chunk_size=config.chunk_size,
+                             scale=self.scale, query_scale=query_scale)
         else:
-            call = dict(causal=local is None, query_scale=query_scale, softcap=config.softcap,
-                        normaliser="sink" if config.sinks else "softmax", sink=self.sink if config.sinks else None,
-                        mask=None, bias=None)
-            if local:
-                size = {"window": config.window} if local == "sliding" else {"chunk_size": config.chunk_size}
-                call["mask"] = attention_mask(local, t, device=x.device, **size)
-            if self.code == "A":
-                call["bias"] = alibi_bias(self.slopes, t).to(q.dtype)
-            elif self.code == "T":
-                call["bias"] = self.t5(t).to(q.dtype)
+            mask = None
+            if self.local:
+                size = {"window": config.window} if self.mask_kind == "sliding" else {"chunk_size": config.chunk_size}
+                mask = attention_mask(self.mask_kind, t, device=x.device, **size)
+            bias = None if self.bias is None else self.bias(t).to(q.dtype)
+            sink = self.sink if config.sinks else None
             if self.recorder is not None:
-                self.recorder.append((q, k, v, call))
-            y = attention(q, k, v, **call)
+                self.recorder.append((q, k, v, dict(causal=not self.local, query_scale=query_scale,
+                                                    softcap=config.softcap, normaliser=self.normaliser, sink=sink,
+                                                    mask=mask, bias=bias)))
+            y, _ = attend(q, k, v, scale=self.scale, query_scale=query_scale, bias=bias, softcap=config.softcap,
+                          mask=mask, causal=not self.local, normaliser=self.normaliser, sink=sink,
+                          sigmoid_bias=None, impl=self.impl)
         return self.o_proj(y.transpose(1, 2).reshape(batch, t, -1))
+
+
+class DifferentialLayer(nn.Module):
+    """Layer code D: :class:`posbook.DiffAttention` with n_head/2 differential heads, rotated by RoPE."""
+
+    def __init__(self, config: GPTConfig, layer: int):
+        super().__init__()
+        self.attn = DiffAttention(config.n_embd, config.n_head // 2, layer=layer, head_norm=config.diff_head_norm)
+        cos, sin = _rope_tables(config, LAYER_CODES["D"].rope(config))
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.recorder: list | None = None
+
+    def rope(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cos[:t], self.sin[:t]
+
+    def head_rms(self, x: torch.Tensor) -> torch.Tensor:
+        """Root mean square of each differential head's output before its norm: [n_head/2]."""
+        return self.attn.head_rms(x, self.rope(x.shape[1]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recorder is not None:
+            raise ValueError("a differential layer (code D) has two attention maps and no single attention call to "
+                             "record; use posbook.DiffAttention(..., return_maps=True) on its input instead")
+        return self.attn(x, self.rope(x.shape[1]))
 
 
 class MLP(nn.Module):
@@ -234,10 +331,12 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, config: GPTConfig, code: str):
+    def __init__(self, config: GPTConfig, code: str, layer: int):
         super().__init__()
         self.attn_norm, self.mlp_norm = RMSNorm(config.n_embd), RMSNorm(config.n_embd)
-        self.attn, self.mlp = Attention(config, code), MLP(config)
+        differential = LAYER_CODES[code].differential
+        self.attn = DifferentialLayer(config, layer) if differential else Attention(config, code)
+        self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))
@@ -256,7 +355,7 @@ class GPT(nn.Module):
         elif config.absolute_positions == "sinusoidal":
             self.register_buffer("positions_table", sinusoidal_positions(config.max_seq_len, config.n_embd),
                                  persistent=False)
-        self.blocks = nn.ModuleList(Block(config, code) for code in config.layer_codes)
+        self.blocks = nn.ModuleList(Block(config, code, i + 1) for i, code in enumerate(config.layer_codes))
         self.norm = RMSNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_embeddings:

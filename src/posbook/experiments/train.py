@@ -137,7 +137,7 @@ class TrainConfig:
         return out
 
 
-def model_config(run: TrainConfig) -> GPTConfig:
+def gpt_config(run: TrainConfig) -> GPTConfig:
     """The GPTConfig for a resolved run: vocabulary and longest sequence follow from the task."""
     if run.task == "text":
         vocab, longest = corpus_lib.VOCAB_SIZE, max([run.seq_len, *run.eval_seq_lens])
@@ -252,7 +252,7 @@ def train(run: TrainConfig) -> dict[str, Any]:
 
     git_sha = _git_sha()        # the commit checked out when the run starts (the code that runs)
     data = corpus_lib.load_corpus(run.corpus_bytes) if run.task == "text" else None
-    config = model_config(run)
+    config = gpt_config(run)
     torch.manual_seed(run.seed)
     model = GPT(config).to(device)
     decay = [p for p in model.parameters() if p.ndim >= 2]

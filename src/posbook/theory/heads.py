@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
-from ..attention import attention
+from ..core import attention
 from ..rope import LAYOUTS, apply_rope, rope_cos_sin
 
 __all__ = ["peak_key", "positional_head_weights"]

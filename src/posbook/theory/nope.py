@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .. import _checks
-from ..attention import attention
+from ..core import attention
 
 ONE, BOS_FLAG, POSITION = 0, 1, 2
 """The three hidden dimensions the constructions use (indices 0, 1, 2). Dimension ONE holds the constant 1,
@@ -181,43 +181,5 @@ def theorem2_weights(d_model: int, head_dim: int, *, generator: torch.Generator 
     return {"w_q": w_q.to(dtype), "w_k": w_k.to(dtype)}
 
 
-def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Jensen–Shannon divergence (natural log) between distributions along the last dimension; 0 ≤ D_JS ≤ ln 2.
-
-    D_JS(P‖Q) = ½ KL(P‖M) + ½ KL(Q‖M) with M = (P + Q)/2; terms with zero probability contribute 0.
-    """
-    for name, x in (("p", p), ("q", q)):
-        _checks.tensor(name, x, ndim_min=1, floating=True)
-        _checks.finite(name, x)
-        if bool((x < 0).any()):
-            raise ValueError(f"{name} must be non-negative (probabilities)")
-    if p.shape != q.shape:
-        raise ValueError(f"p and q must have one shape, got {tuple(p.shape)} and {tuple(q.shape)}")
-    m = (p + q) / 2
-
-    def kl(a: torch.Tensor) -> torch.Tensor:
-        ratio = torch.where(a > 0, a / torch.where(m > 0, m, 1.0), 1.0)
-        return (a * torch.log(ratio)).sum(-1)
-
-    # clamp: rounding can leave −1e−17 where the exact value is 0
-    return ((kl(p) + kl(q)) / 2).clamp_min(0.0)
-
-
-def pattern_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The NoPE paper's distance between two layers' attention patterns: the minimum over head pairs (P, Q) of
-    (1/T) Σ_t D_JS(P_t ‖ Q_t).
-
-    ``a`` is ``[heads_a, T, T]``, ``b`` is ``[heads_b, T, T]``: row t of a head is its attention distribution at
-    query t. Smaller means more similar; 0 when some head of ``a`` equals some head of ``b``.
-    """
-    _checks.tensor("a", a, ndim=3, floating=True)
-    _checks.tensor("b", b, ndim=3, floating=True)
-    if a.shape[1:] != b.shape[1:]:
-        raise ValueError(f"a and b must have the same [T, T] patterns, got {tuple(a.shape)} and {tuple(b.shape)}")
-    shape = (a.shape[0], b.shape[0], *a.shape[1:])
-    per_pair = js_divergence(a[:, None].expand(shape), b[None, :].expand(shape)).mean(-1)   # [heads_a, heads_b]
-    return per_pair.min()
-
-
 __all__ = ["ONE", "BOS_FLAG", "POSITION", "theorem1_weights", "attention_block", "reciprocal_mlp", "mlp_block",
-           "theorem2_weights", "js_divergence", "pattern_distance"]
+           "theorem2_weights"]

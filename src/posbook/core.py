@@ -25,51 +25,12 @@ import torch
 import torch.nn.functional as F
 
 from . import _checks
+from .masks import attention_mask
+from .normalisers import NORMALISERS, _check_normaliser_extras, _normalised
 from .rope import LAYOUTS, apply_rope
 
-NORMALISERS = ("softmax", "softmax1", "sink", "sigmoid")
-"""The ways a row of logits becomes weights. ``softmax``; ``softmax1`` (Miller 2023: a 1 added to the denominator,
-an implicit zero logit); ``sink`` (a learned logit per head in the denominator: GPT-OSS, DeepSeek-V4);
-``sigmoid`` (each weight sigmoid(logit + b) on its own, Ramapuram et al. 2024)."""
 
 IMPLS = ("auto", "reference", "sdpa", "flex")
-
-
-def _check_positions(positions: torch.Tensor) -> None:
-    _checks.tensor("positions", positions, ndim=1)
-    if positions.dtype == torch.bool or positions.is_complex():
-        raise TypeError(f"positions must hold integers or reals, got dtype {positions.dtype}")
-    if positions.is_floating_point():
-        _checks.finite("positions", positions)
-    if bool((positions < 0).any()):
-        raise ValueError("positions must be >= 0")
-
-
-def llama4_attention_scale(positions: torch.Tensor, *, floor_scale: float = 8192.0,
-                           attn_scale: float = 0.1) -> torch.Tensor:
-    """Llama 4's temperature tuning for its NoPE layers: 1 + attn_scale·log(1 + ⌊(n + 1)/floor_scale⌋).
-
-    The factor multiplies the queries at position n (Hugging Face ``Llama4TextAttention``, config keys
-    ``floor_scale`` and ``attn_scale``), so it is 1 up to position floor_scale − 2 and then grows in steps of
-    floor_scale positions, logarithmically. Pass it as ``query_scale``.
-    """
-    _check_positions(positions)
-    _checks.number("floor_scale", floor_scale, positive=True)
-    _checks.number("attn_scale", attn_scale, min_value=0)
-    return torch.log1p(torch.floor((positions.double() + 1.0) / floor_scale)) * attn_scale + 1.0
-
-
-def swan_log_scale(positions: torch.Tensor, *, a: float = 362.0) -> torch.Tensor:
-    """SWAN-GPT's inference-time logit scale g(n) = log_a(a + n) for the query at position n (Puvvada et al. 2025).
-
-    g(0) = 1 and the factor grows like ln(n)/ln(a); the paper fits a single a ≈ 362 offline and applies it mainly
-    in the global NoPE layers. Pass it as ``query_scale``.
-    """
-    _check_positions(positions)
-    _checks.number("a", a, positive=True)
-    if a <= 1:
-        raise ValueError(f"a must be > 1 (it is the logarithm's base), got {a!r}")
-    return torch.log(a + positions.double()) / math.log(a)
 
 
 def _is_block_mask(mask: Any) -> bool:
@@ -78,17 +39,6 @@ def _is_block_mask(mask: Any) -> bool:
     except ImportError:  # pragma: no cover - flex_attention ships with every torch this package supports
         return False
     return isinstance(mask, BlockMask)
-
-
-def _broadcastable(name: str, value: torch.Tensor, shape: tuple[int, ...]) -> None:
-    # It must broadcast *to* the shape, not with it: a mask for all 8 positions passed with 1 query would
-    # otherwise silently turn the output into 8 rows.
-    try:
-        ok = torch.broadcast_shapes(value.shape, shape) == torch.Size(shape)
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to {shape}")
 
 
 def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask, causal, normaliser, sink,
@@ -117,11 +67,11 @@ def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask,
     logits_shape = (batch, hq, tq, tk)
     if query_scale is not None:
         _checks.tensor("query_scale", query_scale, floating=True)
-        _broadcastable("query_scale", query_scale, logits_shape[:3])
+        _checks.broadcastable_to("query_scale", query_scale, logits_shape[:3])
         _checks.finite("query_scale", query_scale)
     if bias is not None:
         _checks.tensor("bias", bias, floating=True)
-        _broadcastable("bias", bias, logits_shape)
+        _checks.broadcastable_to("bias", bias, logits_shape)
         if bool(torch.isnan(bias).any()) or bool((bias == float("inf")).any()):
             raise ValueError("bias must not contain NaN or +inf (use mask to hide keys)")
         if softcap is not None and bool(torch.isinf(bias).any()):
@@ -134,7 +84,7 @@ def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask,
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must be a bool tensor (True = may attend) or a flex_attention BlockMask, "
                             f"got dtype {mask.dtype}")
-        _broadcastable("mask", mask, logits_shape)
+        _checks.broadcastable_to("mask", mask, logits_shape)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
     _checks.choice("normaliser", normaliser, NORMALISERS)
@@ -148,7 +98,7 @@ def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask,
     _check_normaliser_extras(normaliser, sink, sigmoid_bias)
     if gate is not None:
         _checks.tensor("gate", gate, floating=True)
-        _broadcastable("gate", gate, (batch, hq, tq, v.shape[-1]))
+        _checks.broadcastable_to("gate", gate, (batch, hq, tq, v.shape[-1]))
     _checks.choice("layout", layout, LAYOUTS)
     if output_rope is not None:
         if not (isinstance(output_rope, tuple) and len(output_rope) == 2):
@@ -164,7 +114,6 @@ def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask,
 
 def _combined_mask(mask, causal: bool, tq: int, tk: int, device) -> torch.Tensor | None:
     if causal:
-        from .masks import attention_mask
         causal_mask = attention_mask("causal", tq, tk, device=device)
         return causal_mask if mask is None else mask & causal_mask
     return mask
@@ -172,16 +121,6 @@ def _combined_mask(mask, causal: bool, tq: int, tk: int, device) -> torch.Tensor
 
 def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
-
-
-def _check_normaliser_extras(normaliser: str, sink: Any, sigmoid_bias: float | None) -> None:
-    """sink and sigmoid_bias belong to one normaliser each (the caller checks the sink's value)."""
-    if normaliser != "sink" and sink is not None:
-        raise ValueError(f"sink only applies to normaliser='sink', got normaliser={normaliser!r}")
-    if sigmoid_bias is not None:
-        if normaliser != "sigmoid":
-            raise ValueError(f"sigmoid_bias only applies to normaliser='sigmoid', got normaliser={normaliser!r}")
-        _checks.number("sigmoid_bias", sigmoid_bias)
 
 
 def _reference(q, k, v, scale, query_scale, bias, softcap, mask, normaliser, sink, sigmoid_bias):
@@ -328,27 +267,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
         raise TypeError(f"return_weights must be a bool, got {type(return_weights).__name__} {return_weights!r}")
     scale = (1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)) / temperature
 
-    sdpa_reason = _sdpa_reason(query_scale, softcap, mask, normaliser, return_weights)
-    flex_reason = _flex_reason(normaliser, return_weights)
-    if impl == "auto":
-        impl = "sdpa" if sdpa_reason is None else "flex" if _is_block_mask(mask) and flex_reason is None else "reference"
-    if impl == "sdpa" and sdpa_reason is not None:
-        raise ValueError(f"impl='sdpa' cannot run {sdpa_reason}; use impl='auto'")
-    if impl == "flex" and flex_reason is not None:
-        raise ValueError(f"impl='flex' cannot run {flex_reason}; use impl='auto'")
-    if impl == "reference" and _is_block_mask(mask):
-        raise ValueError("impl='reference' needs a bool mask tensor, got a BlockMask; use impl='flex'")
-
-    weights = None
-    if impl == "reference":
-        dense = _combined_mask(mask, causal, q.shape[-2], k.shape[-2], q.device)
-        out, weights = _reference(q, k, v, scale, query_scale, bias, softcap, dense, normaliser, sink, sigmoid_bias)
-        out = out.to(q.dtype)
-    elif impl == "sdpa":
-        out = _sdpa(q, k, v, scale, query_scale, bias, mask, causal)
-    else:
-        out = _flex(q, k, v, scale, query_scale, bias, softcap, mask, causal, normaliser, sink)
-
+    impl = resolved_impl(impl, query_scale=query_scale, softcap=softcap, mask=mask, normaliser=normaliser,
+                         return_weights=return_weights)
+    out, weights = attend(q, k, v, scale=scale, query_scale=query_scale, bias=bias, softcap=softcap, mask=mask,
+                          causal=causal, normaliser=normaliser, sink=sink, sigmoid_bias=sigmoid_bias, impl=impl)
     if output_rope is not None:
         cos, sin = output_rope
         out = apply_rope(out, cos, -sin, layout=layout)  # R(−iθ): same cos, opposite sin
@@ -359,141 +281,41 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
     return out
 
 
-def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str, window: int | None = None,
-                    chunk_size: int | None = None, scale: float | None = None, block_size: int | None = None,
-                    query_scale: torch.Tensor | None = None) -> torch.Tensor:
-    """Sliding-window or chunked causal self-attention that only computes the key blocks a query can see.
+def resolved_impl(impl: str, *, query_scale: Any = None, softcap: float | None = None, mask: Any = None,
+                  normaliser: str = "softmax", return_weights: bool = False) -> str:
+    """The path ``impl`` ("auto" or a named one) takes for these options, or a ValueError if it cannot run them.
 
-    Equal to ``attention(q, k, v, mask=attention_mask(kind, T, window=..., chunk_size=...))`` (the test suite
-    checks it), but without the T×T score matrix, through SDPA on blocks, so it needs no compiler:
-
-    * ``chunked``: the sequence is cut into chunks of ``chunk_size`` and each chunk is an ordinary causal
-      attention, T·chunk_size/2 scores instead of T²/2.
-    * ``sliding``: queries go in blocks of ``block_size`` (default window/2); a block's keys are the ``window``
-      positions before it plus itself, W + B keys per query instead of T/2 on average.
-
-    q, k, v: [batch, H(q or kv), T, d] with equal T (training or prefill; decoding against a cache uses
-    :func:`attention` with a mask). ``query_scale``: optional per-query factor [T].
+    "auto" picks SDPA when the options allow it, flex_attention when a BlockMask is given, and the reference
+    otherwise. The experiment model resolves its path once, at construction, and then calls :func:`attend`.
     """
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _checks.tensor(name, x, ndim=4, floating=True)
-    _checks.choice("kind", kind, ("sliding", "chunked"))
-    batch, hq, t, d = q.shape
-    if k.shape[-2] != t or v.shape[-2] != t:
-        raise ValueError(f"local_attention needs q, k, v of one length (self-attention), got {t}, {k.shape[-2]}, "
-                         f"{v.shape[-2]}")
-    if hq % k.shape[1]:
-        raise ValueError(f"q has {hq} heads, which is not a multiple of k's {k.shape[1]} heads (grouped-query attention)")
-    scale = 1.0 / math.sqrt(d) if scale is None else _checks.number("scale", scale, positive=True)
-    gqa = hq != k.shape[1]
-    if query_scale is not None:
-        _checks.tensor("query_scale", query_scale, ndim=1, floating=True)
-        if query_scale.shape[0] != t:
-            raise ValueError(f"query_scale must have one factor per position ({t}), got {tuple(query_scale.shape)}")
-        q = q * query_scale.to(q.dtype)[:, None]
-
-    from .masks import local_size
-
-    # The size the other kind would use is ignored here (the model passes both), so only this kind's is checked.
-    local_size(kind, window=window if kind == "sliding" else None, chunk_size=chunk_size if kind == "chunked" else None)
-    if kind == "chunked":
-        n_chunks = -(-t // chunk_size)
-        pad = n_chunks * chunk_size - t
-
-        def chunks(x):
-            x = F.pad(x, (0, 0, 0, pad))  # padding sits after the last real query: causal masking hides it
-            return x.view(batch, x.shape[1], n_chunks, chunk_size, x.shape[-1]).transpose(1, 2).flatten(0, 1)
-
-        out = F.scaled_dot_product_attention(chunks(q), chunks(k), chunks(v), is_causal=True, scale=scale,
-                                             enable_gqa=gqa)
-        out = out.view(batch, n_chunks, hq, chunk_size, v.shape[-1]).transpose(1, 2).flatten(2, 3)
-        return out[:, :, :t]
-
-    block = max(1, window // 2) if block_size is None else _checks.number("block_size", block_size, integer=True,
-                                                                          positive=True)
-    n_blocks = -(-t // block)
-    pad = n_blocks * block - t
-    span = window - 1 + block  # keys a query block can see: window − 1 before its first query, plus the block
-    # Keys padded on the left by window − 1 (masked: they do not exist) and on the right up to whole blocks.
-    k_pad = F.pad(k, (0, 0, window - 1, pad))
-    v_pad = F.pad(v, (0, 0, window - 1, pad))
-    k_blocks = k_pad.unfold(2, span, block).permute(0, 2, 1, 4, 3).flatten(0, 1)   # [batch·n_blocks, H, span, d]
-    v_blocks = v_pad.unfold(2, span, block).permute(0, 2, 1, 4, 3).flatten(0, 1)
-    q_blocks = F.pad(q, (0, 0, 0, pad)).view(batch, hq, n_blocks, block, d).transpose(1, 2).flatten(0, 1)
-    # Query r of a block sits at key column window − 1 + r of its span; it sees columns r … window − 1 + r.
-    r = torch.arange(block, device=q.device)[:, None]
-    c = torch.arange(span, device=q.device)[None, :]
-    allowed = (c >= r) & (c <= window - 1 + r)
-    # Column c of block j holds position j·block + c − (window − 1); negative positions are the left padding.
-    j = torch.arange(n_blocks, device=q.device)[:, None, None]
-    mask = allowed & (j * block + c >= window - 1)                                # [n_blocks, block, span]
-    mask = mask.expand(batch, n_blocks, block, span).flatten(0, 1)[:, None]
-    out = F.scaled_dot_product_attention(q_blocks, k_blocks, v_blocks, attn_mask=mask, scale=scale, enable_gqa=gqa)
-    out = out.view(batch, n_blocks, hq, block, v.shape[-1]).transpose(1, 2).flatten(2, 3)
-    return out[:, :, :t]
+    _checks.choice("impl", impl, IMPLS)
+    sdpa_reason = _sdpa_reason(query_scale, softcap, mask, normaliser, return_weights)
+    flex_reason = _flex_reason(normaliser, return_weights)
+    if impl == "auto":
+        impl = "sdpa" if sdpa_reason is None else "flex" if _is_block_mask(mask) and flex_reason is None else "reference"
+    if impl == "sdpa" and sdpa_reason is not None:
+        raise ValueError(f"impl='sdpa' cannot run {sdpa_reason}; use impl='auto'")
+    if impl == "flex" and flex_reason is not None:
+        raise ValueError(f"impl='flex' cannot run {flex_reason}; use impl='auto'")
+    if impl == "reference" and _is_block_mask(mask):
+        raise ValueError("impl='reference' needs a bool mask tensor, got a BlockMask; use impl='flex'")
+    return impl
 
 
-def normalise(logits: torch.Tensor, normaliser: str = "softmax", *, sink: Any = None,
-              sigmoid_bias: float | None = None) -> torch.Tensor:
-    """Turn a row of logits into attention weights with one of :data:`NORMALISERS`, along the last dimension.
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, query_scale: torch.Tensor | None,
+           bias: torch.Tensor | None, softcap: float | None, mask: Any, causal: bool, normaliser: str,
+           sink: torch.Tensor | None, sigmoid_bias: float | None, impl: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The attention core without argument checks: ``(out, weights)``, weights only from the reference path.
 
-    The four answers to "may a head look nowhere?" (chapter "Letting attention look nowhere")::
-
-        softmax    e^{s_i} / Σ_j e^{s_j}                  every row sums to exactly 1
-        softmax1   e^{s_i} / (1 + Σ_j e^{s_j})            Miller's off-by-one: an extra logit 0 with value 0
-        sink       e^{s_i} / (e^{sink} + Σ_j e^{s_j})     a learned logit per head (GPT-OSS, DeepSeek-V4)
-        sigmoid    sigmoid(s_i + b), b = −log n by default each weight on its own (Ramapuram et al. 2024)
-
-    ``sink`` is computed without materialising the extra column: softmax(s)·sigmoid(lse(s) − sink), since
-    Σe/(Σe + e^sink) = sigmoid(lse − sink); this is stable for any sink and any logits. Entries of ``logits`` equal
-    to −inf are hidden keys (weight 0); a row that hides every key gets weight 0 everywhere (no NaN).
-
-    Args:
-        logits: floating tensor [..., n].
-        normaliser: one of :data:`NORMALISERS`.
-        sink: for ``normaliser="sink"``: a real number or a tensor broadcastable to ``logits.shape[:-1]``.
-        sigmoid_bias: b for ``normaliser="sigmoid"``; default −log n with n = ``logits.shape[-1]``.
-
-    Returns:
-        weights of the shape of ``logits``. Equal to ``attention(..., return_weights=True)``'s weights for the
-        same logits (the test suite checks it).
+    :func:`attention` checks its arguments and then calls this; so does every caller that validated its
+    configuration once, like the experiment model at construction. It reads no tensor's values on the host (no
+    ``.item()``, no ``bool(tensor)``), so a compiled model traces it without graph breaks. ``scale`` is the final
+    factor on q·kᵀ (temperature already folded in) and ``impl`` a resolved path (:func:`resolved_impl`).
     """
-    _checks.tensor("logits", logits, ndim_min=1, floating=True)
-    _checks.choice("normaliser", normaliser, NORMALISERS)
-    if bool(torch.isnan(logits).any()) or bool((logits == float("inf")).any()):
-        raise ValueError("logits must not contain NaN or +inf (−inf hides a key)")
-    if normaliser == "sink":
-        if sink is None:
-            raise ValueError("normaliser='sink' needs sink (a number or a tensor of sink logits), got None")
-        if isinstance(sink, torch.Tensor):
-            _checks.tensor("sink", sink, floating=True)
-            _checks.finite("sink", sink)
-            _broadcastable("sink", sink, tuple(logits.shape[:-1]))
-            sink = sink.to(logits.dtype)
-        else:
-            sink = torch.tensor(_checks.number("sink", sink), dtype=logits.dtype, device=logits.device)
-    _check_normaliser_extras(normaliser, sink, sigmoid_bias)
-
-    return _normalised(logits, normaliser, sink, sigmoid_bias)
-
-
-def _normalised(logits: torch.Tensor, normaliser: str, sink: torch.Tensor | None,
-                sigmoid_bias: float | None) -> torch.Tensor:
-    """:func:`normalise` without the argument checks (the reference attention path calls it too)."""
-    if normaliser == "sigmoid":
-        b = -math.log(logits.shape[-1]) if sigmoid_bias is None else float(sigmoid_bias)
-        return torch.sigmoid(logits + b)  # sigmoid(−inf) = 0: hidden keys drop out on their own
-    # Shift by the row max, not by the logsumexp: exp(s − lse) would carry lse's rounding (an ulp of a large lse)
-    # into every weight, so a softmax row would miss 1 by more than a few ulps.
-    row_max = logits.amax(dim=-1, keepdim=True)
-    empty = torch.isinf(row_max)  # every key hidden
-    e = torch.exp(logits - torch.where(empty, 0.0, row_max))
-    total = e.sum(dim=-1, keepdim=True)
-    p = torch.where(empty, 0.0, e / torch.where(empty, 1.0, total))
-    lse = row_max + torch.log(total)
-    if normaliser == "softmax":
-        return p
-    extra = torch.zeros((), dtype=logits.dtype, device=logits.device) if normaliser == "softmax1" else sink
-    if isinstance(extra, torch.Tensor) and extra.ndim:
-        extra = extra.unsqueeze(-1)
-    return p * torch.sigmoid(lse - extra)
+    if impl == "reference":
+        dense = _combined_mask(mask, causal, q.shape[-2], k.shape[-2], q.device)
+        out, weights = _reference(q, k, v, scale, query_scale, bias, softcap, dense, normaliser, sink, sigmoid_bias)
+        return out.to(q.dtype), weights
+    if impl == "sdpa":
+        return _sdpa(q, k, v, scale, query_scale, bias, mask, causal), None
+    return _flex(q, k, v, scale, query_scale, bias, softcap, mask, causal, normaliser, sink), None

@@ -1,4 +1,5 @@
-"""Probes of trained passkey-retrieval models: needle-in-a-haystack attention mass and the answer's gradient influence.
+"""Probes of trained experiment models: every layer's attention rows and weights, needle-in-a-haystack attention
+mass and the answer's gradient influence on passkey models.
 
 The passkey task (:mod:`posbook.experiments.tasks`) lays out one example as::
 
@@ -8,16 +9,115 @@ The passkey task (:mod:`posbook.experiments.tasks`) lays out one example as::
 shares the same token regions, and names those regions the way Yang et al. (2025) do for their
 needle-in-a-haystack probe: Begin (the first tokens, where an attention sink sits), Needle (the marked passkey),
 Context (the filler) and End (the query and the answer). :func:`niah_attention_mass` then measures, per layer, how
-much attention the End queries put on each region (with :func:`posbook.analysis.attention_mass`), and
+much attention the End queries put on each region (with :func:`posbook.influence.attention_mass`), and
 :func:`answer_gradient_influence` the gradient influence G(d) of the first answer digit
-(:func:`posbook.analysis.gradient_influence`). Chapter "Long-context probes on trained models" uses them.
+(:func:`posbook.influence.gradient_influence`). Chapter "Long-context probes on trained models" uses them.
+
+:func:`attention_rows` and :func:`attention_weights` run one recorded forward pass of a GPT
+(:meth:`~posbook.experiments.model.GPT.recording_attention`) and recompute each layer's weights with the reference
+attention path, so they are the weights of the real forward pass (chapters "Entropy collapse", "Length
+generalisation").
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from . import _checks
+from .. import _checks
+from ..core import attention as reference_attention
+from ..influence import attention_mass, gradient_influence
+from .model import GPT
+from . import tasks
+
+
+def attention_rows(model: torch.nn.Module, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    r"""Entropy and centred logit norm of every attention row of a :class:`posbook.experiments.model.GPT`.
+
+    Runs ``model(idx)`` once without gradients inside :meth:`~posbook.experiments.model.GPT.recording_attention`
+    and recomputes each layer's weights with :func:`posbook.attention.attention` (reference path), so the rows are
+    those of the real forward pass, temperature included. For each row (layer, sequence, head, query) it returns
+    the Shannon entropy of the weights (nats) and the centred 2-norm of the logits over the keys the query can
+    see, :math:`\lVert z - \bar z\rVert_2`. For plain softmax layers (no bias, softcap, sinks or extra scales)
+    the logits are recomputed from q and k in float64, so keys whose float32 weight underflowed still count;
+    otherwise :math:`z_j = \log p_j + \text{const}` is used, which softmax's shift invariance makes exact, and a
+    row with an underflowed weight gets NaN.
+
+    Args:
+        model: a posbook.experiments GPT.
+        idx: [batch, T] token ids.
+    Returns:
+        A dict with "entropy" and "logit_norm", each float64 of shape [n_layer, batch, n_head, T].
+    """
+    entropies: list[torch.Tensor] = []
+    norms: list[torch.Tensor] = []
+    with torch.no_grad():
+        for weights, (q, k, _, call) in _recorded_weights(model, idx):
+            w = weights.to(torch.float64)
+            logs = torch.where(w > 0, w.log(), torch.zeros_like(w))
+            entropies.append(-(w * logs).sum(dim=-1))
+            tq, tk = w.shape[-2], w.shape[-1]
+            visible = torch.ones(tq, tk, dtype=torch.bool, device=w.device)
+            if call["causal"]:
+                visible = visible.tril(tk - tq)
+            if call["mask"] is not None:
+                visible = visible & call["mask"]
+            count = visible.sum(dim=-1)
+            plain = all(call[name] is None for name in ("query_scale", "bias", "softcap", "sink"))
+            if plain:
+                # Recompute the logits in float64 so that keys whose weight underflowed still count.
+                qd, kd = q.to(torch.float64), k.to(torch.float64)
+                kd = kd.repeat_interleave(qd.shape[1] // kd.shape[1], dim=1)
+                z = qd @ kd.transpose(-2, -1) / math.sqrt(qd.shape[-1])
+            else:
+                z = logs
+                visible = visible & (w > 0)
+            z = torch.where(visible, z, torch.zeros_like(z))
+            mean = z.sum(dim=-1, keepdim=True) / visible.sum(dim=-1, keepdim=True)
+            centred = torch.where(visible, z - mean, torch.zeros_like(z))
+            norm = centred.norm(dim=-1)
+            if not plain:
+                lost = visible.sum(dim=-1) < count
+                norm = torch.where(lost, torch.full_like(norm, float("nan")), norm)
+            norms.append(norm)
+    return {"entropy": torch.stack(entropies), "logit_norm": torch.stack(norms)}
+
+
+def attention_weights(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    r"""The attention weights of every layer of a :class:`posbook.experiments.model.GPT` on one batch.
+
+    Runs ``model(idx)`` once without gradients inside
+    :meth:`~posbook.experiments.model.GPT.recording_attention` and recomputes each layer's weights with
+    :func:`posbook.attention.attention` (reference path), as :func:`attention_rows` does, so they are the weights
+    of the real forward pass (biases, masks and temperature included). Rows that a causal mask hides are 0.
+
+    Args:
+        model: a posbook.experiments GPT.
+        idx: [batch, T] token ids.
+    Returns:
+        float64 tensor [n_layer, batch, n_head, T, T]; entry [l, b, h, t, s] is how much query t attends to key s.
+    """
+    return torch.stack([weights.to(torch.float64) for weights, _ in _recorded_weights(model, idx)])
+
+
+def _recorded_weights(model: torch.nn.Module, idx: torch.Tensor) -> list[tuple[torch.Tensor, tuple]]:
+    """One eval-mode forward of a GPT with its attention recorded: per layer, the weights recomputed by the
+    reference attention path and the recorded ``(q, k, v, call)``."""
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a posbook.experiments GPT, got {type(model).__name__}")
+    _checks.tensor("idx", idx, ndim=2)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), model.recording_attention() as calls:
+            model(idx)
+            return [(reference_attention(q, k, v, return_weights=True, impl="reference", **call)[1], (q, k, v, call))
+                    for q, k, v, call in calls]
+    finally:
+        model.train(was_training)
+
 
 REGIONS = ("begin", "needle", "context", "end")
 
@@ -42,7 +142,6 @@ def passkey_probe_batch(n: int, depth: int, batch: int, generator: torch.Generat
         other filler tokens) and "end" (QUERY, SEP and the five answer digits). The four regions partition the
         positions.
     """
-    from .experiments import tasks
 
     _checks.number("n", n, integer=True, positive=True)
     _checks.number("batch", batch, integer=True, positive=True)
@@ -79,9 +178,9 @@ def niah_attention_mass(model: torch.nn.Module, inputs: torch.Tensor,
                         regions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Attention mass of the End queries on each region, per layer (Yang et al. 2025's NIAH bookkeeping).
 
-    Takes every layer's weights from :func:`posbook.analysis.attention_weights` (the real forward pass: local
+    Takes every layer's weights from :func:`attention_weights` (the real forward pass: local
     masks, biases and QK-Norm included), keeps the rows of the queries in ``regions["end"]`` and sums them per region
-    with :func:`posbook.analysis.attention_mass`, averaged over the batch, the heads and the End queries.
+    with :func:`posbook.influence.attention_mass`, averaged over the batch, the heads and the End queries.
 
     Args:
         model: a posbook.experiments GPT.
@@ -90,7 +189,6 @@ def niah_attention_mass(model: torch.nn.Module, inputs: torch.Tensor,
     Returns:
         name → float64 tensor [n_layer]; the mean over layers is the figure Yang et al. report.
     """
-    from .analysis import attention_mass, attention_weights
 
     _checks.tensor("inputs", inputs, ndim=2)
     if not isinstance(regions, dict) or "end" not in regions:
@@ -106,7 +204,7 @@ def niah_attention_mass(model: torch.nn.Module, inputs: torch.Tensor,
 
 
 def answer_gradient_influence(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """G(d) of the first answer digit: :func:`posbook.analysis.gradient_influence` at the SEP position.
+    """G(d) of the first answer digit: :func:`posbook.influence.gradient_influence` at the SEP position.
 
     The prediction made at SEP is the first passkey digit; G(d) is the mean norm of the gradient of its
     log-probability with respect to the input embedding d tokens back (d = 0 is SEP itself).
@@ -117,8 +215,6 @@ def answer_gradient_influence(model: torch.nn.Module, inputs: torch.Tensor, targ
     Returns:
         float64 tensor [t + 1] with t the SEP position; entry d = G(d).
     """
-    from .analysis import gradient_influence
-    from .experiments import tasks
 
     _checks.tensor("inputs", inputs, ndim=2)
     sep = (inputs == tasks.SEP).nonzero()

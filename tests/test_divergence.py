@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import posbook.analysis as A
+import posbook as A
 
 
 def test_known_values():
@@ -65,3 +65,34 @@ def test_head_pair_divergence_bad_input():
         A.head_pair_divergence(torch.ones(2, 6, 6) / 6, torch.ones(1, 2, 6, 6) / 6)
     with pytest.raises(ValueError, match="share batch"):
         A.head_pair_divergence(torch.ones(1, 2, 6, 6) / 6, torch.ones(1, 2, 5, 5) / 5)
+
+
+def test_pattern_distance_is_the_min_over_head_pairs_in_both_forms():
+    g = torch.Generator().manual_seed(3)
+    a = torch.softmax(torch.randn(2, 3, 5, 5, generator=g), -1)
+    b = torch.cat([torch.softmax(torch.randn(2, 2, 5, 5, generator=g), -1), a[:, 1:2]], dim=1)
+    assert A.pattern_distance(a, b).item() == 0.0                       # b's last head is a's head 1
+    assert A.pattern_distance(a, b, form="reversed").item() == 0.0
+    # i < j leaves out (1, 2), the only matching pair, so the distance is the smallest of the others
+    per_pair = A.head_pair_divergence(a, b)
+    assert A.pattern_distance(a, b, pairs="i<j").item() == per_pair[torch.ones(3, 3, dtype=torch.bool).triu(1)].min()
+    # the reversed form is ½[KL(m‖p) + KL(m‖q)], computed here from its definition
+    p, q = a[:, :, None], b[:, None]
+    m = (p.double() + q.double()) / 2
+    reversed_pairs = ((A.kl_divergence(m, p) + A.kl_divergence(m, q)) / 2).mean(dim=(0, -1))
+    torch.testing.assert_close(A.head_pair_divergence(a, b, form="reversed"), reversed_pairs, rtol=0, atol=0)
+    # unlike the textbook form, the reversed one is not bounded by ln 2 for rows with disjoint support
+    one_hot = torch.eye(4)[None, None]
+    shifted = torch.eye(4).roll(1, 0)[None, None]
+    assert A.pattern_distance(one_hot, shifted).item() == pytest.approx(math.log(2), abs=1e-15)
+    assert A.pattern_distance(one_hot, shifted, form="reversed").item() == math.inf
+
+
+def test_pattern_distance_bad_input():
+    w = torch.ones(1, 1, 4, 4) / 4
+    with pytest.raises(ValueError, match="form"):
+        A.pattern_distance(w, w, form="jsd")
+    with pytest.raises(ValueError, match="pairs"):
+        A.pattern_distance(w, w, pairs="i>j")
+    with pytest.raises(ValueError, match="two heads"):
+        A.pattern_distance(w, w, pairs="i<j")

@@ -1,0 +1,100 @@
+"""How alike two attention patterns are: KL and Jensen–Shannon divergences, and the head-pair distance.
+
+Kazemnejad et al. (2023) compare position schemes by the Jensen–Shannon divergence between their heads'
+attention rows (chapter "Length generalisation"); chapter "NoPE" uses the same distance between exact
+constructions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import _checks
+
+
+def _check_distributions(p: Any, q: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    _checks.tensor("p", p, ndim_min=1, floating=True)
+    _checks.tensor("q", q, ndim_min=1, floating=True)
+    try:
+        torch.broadcast_shapes(p.shape, q.shape)
+    except RuntimeError:
+        raise ValueError(f"p and q must have broadcastable shapes, got {tuple(p.shape)} and {tuple(q.shape)}") from None
+    if (p < 0).any() or (q < 0).any():
+        raise ValueError("p and q must be probability distributions (no negative entries)")
+    return p.to(torch.float64), q.to(torch.float64)
+
+
+def kl_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    r""":math:`\mathrm{KL}(p\,\|\,q) = \sum_i p_i \log(p_i / q_i)` in nats over the last dimension (0·log 0 = 0;
+    infinite where q_i = 0 < p_i). p and q broadcast against each other. float64."""
+    p, q = _check_distributions(p, q)
+    return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(-1)
+
+
+def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    r"""The Jensen–Shannon divergence :math:`\tfrac12\mathrm{KL}(p\|m) + \tfrac12\mathrm{KL}(q\|m)`,
+    :math:`m = (p + q)/2`, in nats over the last dimension: symmetric, 0 only for p = q, at most ln 2 (for
+    distributions with disjoint support), and finite whatever zeros p and q have. float64."""
+    p, q = _check_distributions(p, q)
+    m = (p + q) / 2
+    return (kl_divergence(p, m) + kl_divergence(q, m)) / 2
+
+
+DIVERGENCE_FORMS = ("textbook", "reversed")
+"""How two rows p, q are compared: ``"textbook"`` is the Jensen–Shannon divergence ½[KL(p‖m) + KL(q‖m)];
+``"reversed"`` is ½[KL(m‖p) + KL(m‖q)], m = (p + q)/2, the form of the NoPE paper's code
+(McGill-NLP/length-generalization, ``attention_kl_analyzer.py``): not bounded by ln 2, infinite where p or q has a
+zero that m has not."""
+
+HEAD_PAIRS = ("all", "i<j")
+"""Which head pairs the layer distance takes its minimum over: every (i, j), or only i < j as that code does."""
+
+
+def head_pair_divergence(weights_a: torch.Tensor, weights_b: torch.Tensor, *, form: str = "textbook") -> torch.Tensor:
+    r"""Mean divergence between every head of one layer of model A and every head of the same layer of model B,
+    on the same inputs: entry [i, j] is :math:`\frac1T\sum_t D(P^{(i)}_t\,\|\,Q^{(j)}_t)` averaged over the batch
+    as well, with D the Jensen–Shannon divergence (``form="textbook"``) or the reference code's form (see
+    :data:`DIVERGENCE_FORMS`). Kazemnejad et al. (2023, Eq. 2) take the minimum over all pairs as the layer's
+    distance between the two models (:func:`pattern_distance`).
+
+    Args:
+        weights_a: [batch, Ha, T, T] attention weights of model A's layer (rows are distributions over keys).
+        weights_b: [batch, Hb, T, T] model B's, same batch and T.
+        form: one of :data:`DIVERGENCE_FORMS`.
+    Returns:
+        [Ha, Hb] float64.
+    """
+    _checks.tensor("weights_a", weights_a, ndim=4, floating=True)
+    _checks.tensor("weights_b", weights_b, ndim=4, floating=True)
+    _checks.choice("form", form, DIVERGENCE_FORMS)
+    if weights_a.shape[0] != weights_b.shape[0] or weights_a.shape[2:] != weights_b.shape[2:]:
+        raise ValueError(f"weights_a and weights_b must share batch and [T, T]; got {tuple(weights_a.shape)} and "
+                         f"{tuple(weights_b.shape)}")
+    p, q = weights_a[:, :, None], weights_b[:, None, :]
+    if form == "textbook":
+        return js_divergence(p, q).mean(dim=(0, -1))
+    m = (p.to(torch.float64) + q.to(torch.float64)) / 2
+    return ((kl_divergence(m, p) + kl_divergence(m, q)) / 2).mean(dim=(0, -1))
+
+
+def pattern_distance(weights_a: torch.Tensor, weights_b: torch.Tensor, *, form: str = "textbook",
+                     pairs: str = "all") -> torch.Tensor:
+    r"""The NoPE paper's distance between two layers' attention patterns: the minimum over head pairs of
+    :func:`head_pair_divergence` (Kazemnejad et al. 2023, Eq. 2). 0 when some head of A equals some head of B.
+
+    Args:
+        weights_a, weights_b: [batch, H, T, T] attention weights of the two layers on the same inputs.
+        form: one of :data:`DIVERGENCE_FORMS`.
+        pairs: one of :data:`HEAD_PAIRS`; ``"i<j"`` needs at least two heads.
+    Returns:
+        0-d float64 tensor.
+    """
+    _checks.choice("pairs", pairs, HEAD_PAIRS)
+    per_pair = head_pair_divergence(weights_a, weights_b, form=form)
+    if pairs == "i<j":
+        if min(per_pair.shape) < 2:
+            raise ValueError(f"pairs='i<j' needs at least two heads in each layer, got {tuple(per_pair.shape)}")
+        per_pair = per_pair[torch.ones_like(per_pair, dtype=torch.bool).triu(1)]
+    return per_pair.min()

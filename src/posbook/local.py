@@ -1,0 +1,97 @@
+"""Local attention that only computes what a window lets a query see: sliding-window and chunked causal attention
+on blocks, through SDPA, so a local layer does work proportional to its window on any device without a compiler.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import _checks
+from .masks import local_size
+
+
+def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str, window: int | None = None,
+                    chunk_size: int | None = None, scale: float | None = None, block_size: int | None = None,
+                    query_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """Sliding-window or chunked causal self-attention that only computes the key blocks a query can see.
+
+    Equal to ``attention(q, k, v, mask=attention_mask(kind, T, window=..., chunk_size=...))`` (the test suite
+    checks it), but without the T×T score matrix, through SDPA on blocks, so it needs no compiler:
+
+    * ``chunked``: the sequence is cut into chunks of ``chunk_size`` and each chunk is an ordinary causal
+      attention, T·chunk_size/2 scores instead of T²/2.
+    * ``sliding``: queries go in blocks of ``block_size`` (default window/2); a block's keys are the ``window``
+      positions before it plus itself, W + B keys per query instead of T/2 on average.
+
+    q, k, v: [batch, H(q or kv), T, d] with equal T (training or prefill; decoding against a cache uses
+    :func:`attention` with a mask). ``query_scale``: optional per-query factor [T].
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _checks.tensor(name, x, ndim=4, floating=True)
+    _checks.choice("kind", kind, ("sliding", "chunked"))
+    batch, hq, t, d = q.shape
+    if k.shape[-2] != t or v.shape[-2] != t:
+        raise ValueError(f"local_attention needs q, k, v of one length (self-attention), got {t}, {k.shape[-2]}, "
+                         f"{v.shape[-2]}")
+    if hq % k.shape[1]:
+        raise ValueError(f"q has {hq} heads, which is not a multiple of k's {k.shape[1]} heads (grouped-query attention)")
+    scale = 1.0 / math.sqrt(d) if scale is None else _checks.number("scale", scale, positive=True)
+    if query_scale is not None:
+        _checks.tensor("query_scale", query_scale, ndim=1, floating=True)
+        if query_scale.shape[0] != t:
+            raise ValueError(f"query_scale must have one factor per position ({t}), got {tuple(query_scale.shape)}")
+
+    # The size the other kind would use is ignored here (the model passes both), so only this kind's is checked.
+    local_size(kind, window=window if kind == "sliding" else None, chunk_size=chunk_size if kind == "chunked" else None)
+    if block_size is not None:
+        _checks.number("block_size", block_size, integer=True, positive=True)
+    return local_attend(q, k, v, kind=kind, window=window, chunk_size=chunk_size, scale=scale, block_size=block_size,
+                        query_scale=query_scale)
+
+
+def local_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str, window: int | None,
+                 chunk_size: int | None, scale: float, block_size: int | None = None,
+                 query_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`local_attention` without the argument checks, for callers that checked their configuration once (the
+    experiment model); reads no tensor values on the host."""
+    batch, hq, t, d = q.shape
+    gqa = hq != k.shape[1]
+    if query_scale is not None:
+        q = q * query_scale.to(q.dtype)[:, None]
+    if kind == "chunked":
+        n_chunks = -(-t // chunk_size)
+        pad = n_chunks * chunk_size - t
+
+        def chunks(x):
+            x = F.pad(x, (0, 0, 0, pad))  # padding sits after the last real query: causal masking hides it
+            return x.view(batch, x.shape[1], n_chunks, chunk_size, x.shape[-1]).transpose(1, 2).flatten(0, 1)
+
+        out = F.scaled_dot_product_attention(chunks(q), chunks(k), chunks(v), is_causal=True, scale=scale,
+                                             enable_gqa=gqa)
+        out = out.view(batch, n_chunks, hq, chunk_size, v.shape[-1]).transpose(1, 2).flatten(2, 3)
+        return out[:, :, :t]
+
+    block = max(1, window // 2) if block_size is None else block_size
+    n_blocks = -(-t // block)
+    pad = n_blocks * block - t
+    span = window - 1 + block  # keys a query block can see: window − 1 before its first query, plus the block
+    # Keys padded on the left by window − 1 (masked: they do not exist) and on the right up to whole blocks.
+    k_pad = F.pad(k, (0, 0, window - 1, pad))
+    v_pad = F.pad(v, (0, 0, window - 1, pad))
+    k_blocks = k_pad.unfold(2, span, block).permute(0, 2, 1, 4, 3).flatten(0, 1)   # [batch·n_blocks, H, span, d]
+    v_blocks = v_pad.unfold(2, span, block).permute(0, 2, 1, 4, 3).flatten(0, 1)
+    q_blocks = F.pad(q, (0, 0, 0, pad)).view(batch, hq, n_blocks, block, d).transpose(1, 2).flatten(0, 1)
+    # Query r of a block sits at key column window − 1 + r of its span; it sees columns r … window − 1 + r.
+    r = torch.arange(block, device=q.device)[:, None]
+    c = torch.arange(span, device=q.device)[None, :]
+    allowed = (c >= r) & (c <= window - 1 + r)
+    # Column c of block j holds position j·block + c − (window − 1); negative positions are the left padding.
+    j = torch.arange(n_blocks, device=q.device)[:, None, None]
+    mask = allowed & (j * block + c >= window - 1)                                # [n_blocks, block, span]
+    mask = mask.expand(batch, n_blocks, block, span).flatten(0, 1)[:, None]
+    out = F.scaled_dot_product_attention(q_blocks, k_blocks, v_blocks, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    out = out.view(batch, n_blocks, hq, block, v.shape[-1]).transpose(1, 2).flatten(2, 3)
+    return out[:, :, :t]
