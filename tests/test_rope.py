@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import platform
 
 import pytest
 import torch
@@ -138,21 +139,121 @@ def test_gradients_flow():
     assert torch.autograd.gradcheck(lambda t: pb.apply_rope(t, cos, sin), (x,))
 
 
+# --- the blocked CPU fast path (rope._apply_rope_chunked) must return the formula's bits ------------------------------
+
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+INT_OF = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+
+def assert_same_bits(got, want):
+    """Bit for bit, signed zeros included (torch.equal calls -0.0 and 0.0 equal). NaNs must sit at the same places;
+    their payload bits may differ (see rope._apply_rope_chunked)."""
+    assert got.shape == want.shape and got.dtype == want.dtype
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan)
+    bits_got, bits_want = got.contiguous().view(INT_OF[got.dtype]), want.contiguous().view(INT_OF[want.dtype])
+    assert torch.equal(bits_got[~nan], bits_want[~nan])
+
+
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    """Run under 1 and 2 torch threads: with more than one the blocks are shared out to helper threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def make_case(shape, head_dim, rotary_dim, layout, dtype, seed=0, specials=False):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(*shape, head_dim, generator=gen) * 3).to(dtype)
+    if specials:  # infinities, NaNs, signed zeros and huge values somewhere in the rotated part
+        flat = x.view(-1)
+        picks = torch.randint(0, flat.numel(), (6, 40), generator=gen)
+        for idx, value in zip(picks, (math.inf, -math.inf, math.nan, -0.0, 0.0, torch.finfo(dtype).max)):
+            flat[idx] = value
+    t = shape[-1]
+    cos, sin = pb.rope_cos_sin(torch.arange(t) * 7, pb.default_inv_freq(rotary_dim), layout=layout)
+    return x, cos, sin
+
+
 @pytest.mark.parametrize("layout", pb.LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("head_dim, rotary_dim", [(16, 16), (24, 8), (10, 6)])
-def test_blocked_cpu_path_gives_the_formulas_bits(monkeypatch, layout, dtype, head_dim, rotary_dim):
-    """Large CPU inputs outside autograd take rope._apply_rope_chunked; shrink its block so small inputs do too."""
+@pytest.mark.parametrize("head_dim, rotary_dim", [(16, 16), (24, 8), (10, 6), (7, 6), (64, 64), (96, 32), (128, 96)])
+def test_blocked_cpu_path_gives_the_formulas_bits(monkeypatch, threads, layout, dtype, head_dim, rotary_dim):
+    """Large CPU inputs outside autograd take rope._apply_rope_chunked; shrink its thresholds so small inputs do too,
+    cut into many blocks (serially or across helper threads). Rotary dims that are multiples of 32 take the complex
+    multiply in the interleaved layout (float32/float64 on x86), the others the real-valued passes."""
     from posbook import rope as rope_module
 
-    monkeypatch.setattr(rope_module, "_BLOCK_BYTES", 64)
-    gen = torch.Generator().manual_seed(rotary_dim)
-    x = torch.randn(3, 5, 7, head_dim, generator=gen).to(dtype)
-    cos, sin = pb.rope_cos_sin(torch.arange(7), pb.default_inv_freq(rotary_dim), layout=layout)
-    for view in (x, x.transpose(0, 1), x[:, ::2]):  # contiguous, permuted and strided inputs
+    monkeypatch.setattr(rope_module, "_MIN_FAST_BYTES", 0)
+    monkeypatch.setattr(rope_module, "_BLOCK_BYTES", 2048)
+    monkeypatch.setattr(rope_module, "_SERIAL_NUMEL", 1024)
+    x, cos, sin = make_case((3, 5, 37), head_dim, rotary_dim, layout, dtype, seed=rotary_dim, specials=True)
+    for view in (x, x.transpose(0, 1), x[:, ::2], x[..., 1:].unflatten(0, (1, 3))[..., :head_dim - 1]):
+        if view.shape[-1] < rotary_dim:
+            continue
         assert rope_module._fast_path_applies(view, cos, sin)
-        fast = pb.apply_rope(view, cos, sin, layout=layout)
-        assert torch.equal(fast, rope_module._apply_rope_reference(view, cos, sin, layout))
+        assert_same_bits(pb.apply_rope(view, cos, sin, layout=layout),
+                         rope_module._apply_rope_reference(view, cos, sin, layout))
+    if X86 and layout == "interleaved" and dtype in (torch.float32, torch.float64) and rotary_dim % 32 == 0:
+        assert rope_module._complex_rotation_is_exact(x[..., :rotary_dim], torch.empty_like(x)[..., :rotary_dim])
     x.requires_grad_(dtype in (torch.float32, torch.float64))
     if x.requires_grad:  # autograd keeps the differentiable formula
         assert not rope_module._fast_path_applies(x, cos, sin)
+
+
+@pytest.mark.parametrize("layout", pb.LAYOUTS)
+@pytest.mark.parametrize("dtype, head_dim, rotary_dim", [(torch.float32, 128, 128), (torch.float32, 128, 64),
+                                                         (torch.bfloat16, 128, 128), (torch.float64, 64, 64)])
+def test_fast_path_at_default_settings_gives_the_formulas_bits(threads, layout, dtype, head_dim, rotary_dim):
+    """The benchmark's case at a smaller size ([4, 8, 512, 128] is 8 MiB in float32, 4 in bf16: above the formula's
+    threshold), with the real block sizes: full and partial rotation, bf16 and fp64, both layouts, 1 and 2 threads."""
+    from posbook import rope as rope_module
+
+    x, cos, sin = make_case((4, 8, 512), head_dim, rotary_dim, layout, dtype)
+    assert rope_module._fast_path_applies(x, cos, sin)
+    assert_same_bits(pb.apply_rope(x, cos, sin, layout=layout), rope_module._apply_rope_reference(x, cos, sin, layout))
+
+
+@pytest.mark.skipif(not X86, reason="the complex-multiply path is only used on x86")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_complex_multiply_rounds_like_the_formula(dtype):
+    """The probe the interleaved fast path relies on (if a PyTorch release changes its complex multiply to a fused
+    multiply-add, this fails and the fast path falls back to the real-valued passes by itself)."""
+    from posbook import rope as rope_module
+
+    assert rope_module._complex_mul_matches(dtype)
+
+
+def test_fast_path_keeps_the_callers_thread_local_modes(monkeypatch, threads):
+    """Helper threads must run with the caller's grad and inference mode, and a torch dispatch mode (thread-local)
+    must see the formula's ops rather than have helper threads bypass it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from posbook import rope as rope_module
+
+    monkeypatch.setattr(rope_module, "_MIN_FAST_BYTES", 0)
+    monkeypatch.setattr(rope_module, "_SERIAL_NUMEL", 1024)
+    x, cos, sin = make_case((4, 64), 64, 64, "interleaved", torch.float32)
+    want = rope_module._apply_rope_reference(x, cos, sin, "interleaved")
+    with torch.no_grad():
+        leaf = x.clone().requires_grad_()
+        assert rope_module._fast_path_applies(leaf, cos, sin)
+        got = pb.apply_rope(leaf, cos, sin, layout="interleaved")
+    assert torch.equal(got, want) and not got.requires_grad
+    with torch.inference_mode():
+        got = pb.apply_rope(x, cos, sin, layout="interleaved")
+    assert torch.equal(got, want) and got.is_inference()
+
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        assert not rope_module._fast_path_applies(x, cos, sin)
+        got = pb.apply_rope(x, cos, sin, layout="interleaved")
+    assert torch.equal(got, want) and seen

@@ -234,3 +234,15 @@ def test_dynamic_ntk_keys_must_be_cached_before_rotation():
     # Cached rotated keys mix spectra: the scores move with absolute position and differ from recomputation.
     assert (scores(0, False) - scores(0, True)).abs().max() > 1.0
     assert (scores(0, False) - scores(1000, False)).abs().max() > 1.0
+
+
+def test_default_inv_freq_formula_and_hf_default():
+    inv = pb.default_inv_freq(128, 10_000.0, dtype=torch.float64)
+    assert inv[0].item() == 1.0
+    assert math.isclose(inv[-1].item(), 10_000.0 ** (-126 / 128), rel_tol=1e-15)
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    cfg = LlamaConfig(hidden_size=256, num_attention_heads=2, rope_theta=500_000.0)
+    hf = LlamaRotaryEmbedding(cfg).inv_freq
+    torch.testing.assert_close(pb.default_inv_freq(128, 500_000.0), hf, rtol=2e-7, atol=0)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 import posbook as pb
+from posbook.stability import max_logits_per_head
 
 
 def test_rms_norm_matches_qwen3_and_bounds_logits():
@@ -208,3 +209,60 @@ def test_diff_attention_kv_cache_equals_parameter_matched_mha():
     assert diff.kv_cache_values_per_token() == mha_kv == 2 * d_model
     config = dict(num_hidden_layers=1, num_attention_heads=8, hidden_size=d_model)
     assert pb.kv_values_per_layer(config) == diff.kv_cache_values_per_token()
+
+
+def test_logit_rows_are_centred_with_the_requested_norm_and_respect_the_bound():
+    rows = pb.logit_rows_with_norm(16, [0.0, 1.0, 7.5], 50, generator=torch.Generator().manual_seed(0))
+    assert rows.shape == (3, 50, 16) and rows.dtype == torch.float64
+    assert float(rows.mean(-1).abs().max()) < 1e-12
+    torch.testing.assert_close(rows.norm(dim=-1), torch.tensor([0.0, 1.0, 7.5], dtype=torch.float64)[:, None]
+                               .expand(3, 50), rtol=0, atol=1e-12, equal_nan=True)
+    entropy = pb.attention_entropy(rows.softmax(-1))
+    assert bool((entropy >= pb.entropy_lower_bound(torch.tensor([0.0, 1.0, 7.5]), 16)[:, None] - 1e-12).all())
+
+
+def test_logit_rows_reject_bad_input():
+    with pytest.raises(ValueError, match="n"):
+        pb.logit_rows_with_norm(1, [1.0], 3)
+    with pytest.raises(ValueError, match="norms"):
+        pb.logit_rows_with_norm(4, [-1.0], 3)
+    with pytest.raises(ValueError, match="norms"):
+        pb.logit_rows_with_norm(4, [], 3)
+    with pytest.raises(ValueError, match="count"):
+        pb.logit_rows_with_norm(4, [1.0], 0)
+
+
+def test_max_logits_per_head_matches_loop():
+    q, k = torch.randn(3, 4, 5, 8), torch.randn(3, 4, 5, 8)
+    got = max_logits_per_head(q, k)
+    want = torch.stack([(q[:, h] @ k[:, h].transpose(-1, -2)).amax() / math.sqrt(8) for h in range(4)])
+    torch.testing.assert_close(got, want)
+    causal = max_logits_per_head(q, k, causal=True, scale=1.0)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    want_c = torch.stack([(q[:, h] @ k[:, h].transpose(-1, -2))[:, mask].amax() for h in range(4)])
+    torch.testing.assert_close(causal, want_c)
+
+
+def test_max_logits_feed_qk_clip_to_tau():
+    torch.manual_seed(0)
+    heads, d, hidden = 3, 8, 12
+    w_q = torch.randn(heads * d, hidden, dtype=torch.float64) * 3
+    w_k = torch.randn(heads * d, hidden, dtype=torch.float64) * 3
+    x = torch.randn(2, 6, hidden, dtype=torch.float64)
+
+    def qk():
+        return ((x @ w_q.T).view(2, 6, heads, d).transpose(1, 2), (x @ w_k.T).view(2, 6, heads, d).transpose(1, 2))
+
+    before = max_logits_per_head(*qk())
+    tau = float(before.min()) * 0.5
+    pb.qk_clip_(w_q, w_k, pb.qk_clip_factors(before, tau), head_dim=d)
+    torch.testing.assert_close(max_logits_per_head(*qk()), torch.full((heads,), tau, dtype=torch.float64))
+
+
+def test_max_logits_rejects_bad_input():
+    with pytest.raises(ValueError, match="q and k"):
+        max_logits_per_head(torch.randn(1, 2, 3, 4), torch.randn(1, 3, 3, 4))
+    with pytest.raises(ValueError, match="causal"):
+        max_logits_per_head(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), causal=True)
+    with pytest.raises(ValueError, match="q must have 4"):
+        max_logits_per_head(torch.randn(2, 3, 4), torch.randn(2, 3, 4))

@@ -13,8 +13,11 @@ function of relative position, but of the wrong planes and frequencies.
 
 from __future__ import annotations
 
-import itertools
 import math
+import os
+import platform
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch.autograd import forward_ad
@@ -119,20 +122,29 @@ def _apply_rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     return torch.cat((out, x[..., rotary_dim:]), dim=-1) if rotary_dim < head_dim else out
 
 
-# The fast path works on blocks of x of about this many bytes. A block's x, output, scratch buffer and cos/sin
-# slices (about 5x this) then stay in the CPU caches across the four passes made over it, so main memory sees x
-# read once and the output written once, as in a copy. Much smaller blocks lose to Python and per-call overhead
-# (several µs per op; ops under 32k elements also run on a single thread); much larger ones fall out of cache.
-# Measured with benchmarks/rope_apply.py on a 2-core AVX2 machine: 1-4 MiB within noise, 256 KiB 1.5-2x slower.
-# Inputs up to two blocks go to the formula, which was as fast or faster there.
-_BLOCK_BYTES = 1 << 20
+# The fast path. Small inputs go to the formula: its temporaries stay in cache anyway, and the blocked path's fixed
+# costs (tables, block views, waking helper threads) would dominate.
+_MIN_FAST_BYTES = 2 << 20
+
+# Elementwise ATen ops on fewer elements than this (at::internal::GRAIN_SIZE) run entirely on the calling thread;
+# larger ones are split across torch's intra-op threads. The blocked path relies on it twice: its helper threads
+# (see _run_blocks) must not each start an OpenMP team of their own, and the complex multiply below is exact only
+# when no split cuts a row (see _complex_rotation_is_exact).
+_SERIAL_NUMEL = 32768
+
+# With one intra-op thread the blocks can be larger: about this many bytes of x each. A block's x, output, scratch and
+# cos/sin slices (about 5x this) then stay in the 2 MiB L2 across the passes made over it, so main memory sees x read
+# once and the output written once, as in a copy. Measured with benchmarks/rope_apply.py (2-core AVX-512 machine,
+# float32 [8, 16, 2048, 128]): 256 KiB best, 1 MiB (blocks no longer fit in L2) about 10% slower.
+_BLOCK_BYTES = 256 << 10
 
 
 def _fast_path_applies(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
     """Whether :func:`_apply_rope_chunked` may be used. It gives the same bits as the formula, but it writes into its
-    output with ``out=`` and in-place ops, which nothing that records or transforms operations may see."""
-    if x.numel() * x.element_size() <= 2 * _BLOCK_BYTES:
-        return False      # small: the formula's temporaries stay in cache anyway, and it makes half as many calls
+    output with ``out=`` and in-place ops, partly from helper threads, which nothing that records or transforms
+    operations may see."""
+    if x.numel() * x.element_size() <= _MIN_FAST_BYTES:
+        return False      # small: see _MIN_FAST_BYTES
     if x.device.type != "cpu" or x.layout != torch.strided or type(x) is not torch.Tensor:
         return False      # on GPUs the one-kernel-per-op formula is already fast; subclasses may not support out=
     if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
@@ -143,27 +155,12 @@ def _fast_path_applies(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) ->
         return False      # torch.func.vmap / grad / jvp cannot batch or differentiate out= ops
     if getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)():
         return False      # a compiler fuses the plain formula better than it traces a Python loop
+    if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+        return False      # a torch function / dispatch mode is thread-local: ops on helper threads would bypass it
     # The output must have x's shape: cos's leading dimensions (sin has the same shape) must each be 1 or x's. Any
     # other case (cos broadcasting x up, or not broadcasting at all) is left to the formula and its errors.
     rows, table_rows = x.shape[:-1], cos.shape[:-1]
     return len(table_rows) <= len(rows) and all(n in (1, m) for n, m in zip(reversed(table_rows), reversed(rows)))
-
-
-def _row_blocks(rows: tuple[int, ...], rows_per_block: int) -> list[tuple]:
-    """Index tuples that cut a tensor with leading shape ``rows`` (``x.shape[:-1]``) into blocks of at most about
-    ``rows_per_block`` rows (or a single row where one row is already larger).
-
-    Take the outermost dimension k whose slices ``x[i0, ..., ik]`` hold at most ``rows_per_block`` rows each; a block
-    is ``step`` consecutive indices along k, for one index of every dimension before k. E.g. rows = (8, 16, 2048)
-    and 2048 rows per block give the 128 blocks ``(b, slice(h, h + 1))``, one head each; rows = (8, 16, 1) gives
-    one block, the whole tensor. For a contiguous x the blocks follow memory order, and all have the same
-    shape except the last along k, which may be shorter in its first dimension.
-    """
-    k = next(k for k in range(len(rows)) if math.prod(rows[k + 1:]) <= rows_per_block)
-    step = max(1, rows_per_block // max(1, math.prod(rows[k + 1:])))
-    return [(*outer, slice(start, start + step))
-            for outer in itertools.product(*(range(n) for n in rows[:k]))
-            for start in range(0, rows[k], step)]
 
 
 def _apply_rope_chunked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
@@ -173,52 +170,221 @@ def _apply_rope_chunked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, l
     the output: three times x's size in temporaries, each written to and read back from main memory. On a CPU a fresh
     large allocation costs more still: the operating system maps and zeroes it page by page (4 KiB) on first write,
     which alone takes most of the time of a plain ``x.clone()``. Here the only large allocation is the output, and the
-    work goes block by block (see ``_BLOCK_BYTES``), four passes over each block while it sits in cache. In the
-    half layout (x = [x1, x2]; interleaved: the same with x1, x2 = even, odd dimensions)::
+    work goes block by block of rows while each block sits in cache, spread over torch's intra-op threads
+    (:func:`_run_blocks`). Each block is rotated in one of two ways, both bit-identical to the formula:
+
+    * Interleaved layout, float32/float64, where :func:`_complex_rotation_is_exact` allows: one complex multiply.
+      Seen as complex numbers, (x0 + i·x1)(c + i·s) = (x0·c − x1·s) + i(x1·c + x0·s) is the rotation itself, and
+      ATen's vectorised complex multiply computes it as two rounded products and one rounded difference or sum, in
+      the formula's order (up to swapping the operands of the sum, which IEEE addition does not notice).
+    * Otherwise four elementwise passes, in the half layout (x = [x1, x2]; interleaved: the same with x1, x2 = even,
+      odd dimensions)::
 
         out = x * cos_full                  # [x1·c, x2·c]
         tmp = x * sin_full                  # [x1·s, x2·s], into a scratch buffer reused by every block
         out1 -= tmp2;  out2 += tmp1         # [x1·c − x2·s, x2·c + x1·s]
 
-    Each product is rounded to x.dtype and then subtracted or added in the same order as in the formula, so every
-    result is the same IEEE operation on the same operands: bit-identical output. (NaNs stay NaN but may come back
-    with another bit pattern: PyTorch's vectorised and scalar bf16/fp16 loops write different NaNs, so even a single
-    op's NaN bits depend on its operands' strides.) ``torch.addcmul`` would save a pass but is not used: it may
-    round once per multiply-add instead of twice (fused multiply-add; float32 arithmetic for bf16/fp16) — on an
-    AVX2 CPU it changed about 15% of float32 results.
+      Each product is rounded to x.dtype and then subtracted or added in the same order as in the formula, so every
+      result is the same IEEE operation on the same operands. Fewer passes cannot do it with strided views: the
+      second product must land in the other half (out1 needs x2·s), a reflection that no view with positive strides
+      expresses, so the combination takes two ops however the products are arranged.
+
+    (NaNs stay NaN but may come back with another bit pattern: PyTorch's vectorised and scalar loops write different
+    NaNs, so even a single op's NaN bits depend on its operands' strides.) ``torch.addcmul`` is not used: it may round
+    once per multiply-add instead of twice (fused multiply-add; float32 arithmetic for bf16/fp16) — on an AVX2 CPU it
+    changed about 15% of float32 results.
     """
     rotary_dim, head_dim = cos.shape[-1], x.shape[-1]
     half = rotary_dim // 2
-    # Full-width tables built from the half the formula reads (c = cos[..., :half] or cos[..., 0::2]), so a
+    rows = x.shape[:-1]
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    x_rot, out_rot = x[..., :rotary_dim], out[..., :rotary_dim]
+    # The tables are built from the half of cos/sin the formula reads (c = cos[..., :half] or cos[..., 0::2]), so a
     # caller's cos whose two copies differ still gets exactly the formula's answer. Small: [..., T, rotary_dim].
     if layout == "half":
         c, s = cos[..., :half].to(x.dtype), sin[..., :half].to(x.dtype)
-        cos_full, sin_full = torch.cat((c, c), dim=-1), torch.cat((s, s), dim=-1)
     else:
         c, s = cos[..., 0::2].to(x.dtype), sin[..., 0::2].to(x.dtype)
-        cos_full, sin_full = c.repeat_interleave(2, dim=-1), s.repeat_interleave(2, dim=-1)
-    rows = x.shape[:-1]
-    cos_full, sin_full = cos_full.expand(*rows, rotary_dim), sin_full.expand(*rows, rotary_dim)   # views, no copy
 
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    scratch = None
-    for index in _row_blocks(rows, max(1, _BLOCK_BYTES // (head_dim * x.element_size()))):
-        xb, ob = x[index], out[index]
-        x_rot, out_rot = xb[..., :rotary_dim], ob[..., :rotary_dim]
-        if scratch is None:      # the first block is the largest; later ones use a prefix of the same buffer
-            scratch = torch.empty(x_rot.shape, dtype=x.dtype, device=x.device)
-        tmp = scratch[:x_rot.shape[0]]
-        torch.mul(x_rot, cos_full[index], out=out_rot)
-        torch.mul(x_rot, sin_full[index], out=tmp)
+    # Block size. With several threads every op of a block must stay under _SERIAL_NUMEL elements (the widest op is
+    # the full-width multiply, the complex multiply over half as many complex numbers, or the pass-through copy); if a
+    # single row is already wider, the blocks run on this thread alone and let each op use torch's threads.
+    threads = torch.get_num_threads()
+    complex_ok = layout == "interleaved" and _complex_rotation_is_exact(x_rot, out_rot)
+    widest = max(half if complex_ok else rotary_dim, head_dim - rotary_dim)
+    if threads > 1 and widest >= _SERIAL_NUMEL:
+        threads, complex_ok = 1, False   # ops would be split across threads; the complex multiply then loses exactness
+        widest = max(rotary_dim, head_dim - rotary_dim)
+    if threads > 1:
+        rows_per_block = (_SERIAL_NUMEL - 1) // widest
+    else:
+        rows_per_block = max(1, _BLOCK_BYTES // (head_dim * x.element_size()))
+
+    if complex_ok:
+        operands = [torch.view_as_complex(x_rot.unflatten(-1, (half, 2))),
+                    torch.complex(c, s).expand(*rows, half),                      # a view, no copy
+                    torch.view_as_complex(out_rot.unflatten(-1, (half, 2)))]
+    else:
         if layout == "half":
-            out_rot[..., :half].sub_(tmp[..., half:])
-            out_rot[..., half:].add_(tmp[..., :half])
+            cos_full, sin_full = torch.cat((c, c), dim=-1), torch.cat((s, s), dim=-1)
+            out1, out2 = out_rot[..., :half], out_rot[..., half:]
         else:
-            out_rot[..., 0::2].sub_(tmp[..., 1::2])
-            out_rot[..., 1::2].add_(tmp[..., 0::2])
-        if rotary_dim < head_dim:
-            ob[..., rotary_dim:].copy_(xb[..., rotary_dim:])
+            cos_full, sin_full = c.repeat_interleave(2, dim=-1), s.repeat_interleave(2, dim=-1)
+            out1, out2 = out_rot[..., 0::2], out_rot[..., 1::2]
+        operands = [x_rot, cos_full.expand(*rows, rotary_dim), sin_full.expand(*rows, rotary_dim), out_rot, out1, out2]
+    if rotary_dim < head_dim:
+        operands += [x[..., rotary_dim:], out[..., rotary_dim:]]
+    # Every operand has leading shape `rows` and is cut the same way: blocks[i] holds block i of each.
+    k, step = _block_grid(rows, rows_per_block)
+    blocks = list(zip(*(_cut(t, k, step) for t in operands)))
+
+    if complex_ok:
+        def rotate(block, scratch):
+            torch.mul(block[0], block[1], out=block[2])
+            if len(block) > 3:
+                block[4].copy_(block[3])
+    else:
+        first, second = (slice(None, half), slice(half, None)) if layout == "half" else (slice(0, None, 2),
+                                                                                          slice(1, None, 2))
+
+        def rotate(block, scratch):
+            xb, cb, sb, ob, ob1, ob2 = block[:6]
+            if xb.shape not in scratch:      # one buffer per block shape and thread (blocks come in one or two shapes)
+                tmp = torch.empty(xb.shape, dtype=x.dtype, device=x.device)
+                scratch[xb.shape] = tmp, tmp[..., first], tmp[..., second]
+            tmp, tmp1, tmp2 = scratch[xb.shape]
+            torch.mul(xb, cb, out=ob)
+            torch.mul(xb, sb, out=tmp)
+            ob1.sub_(tmp2)
+            ob2.add_(tmp1)
+            if len(block) > 6:
+                block[7].copy_(block[6])
+    _run_blocks(blocks, rotate, threads)
     return out
+
+
+def _complex_rotation_is_exact(x_rot: torch.Tensor, out_rot: torch.Tensor) -> bool:
+    """Whether rotating the interleaved ``x_rot`` into ``out_rot`` as one complex multiply per block gives the formula's
+    bits.
+
+    ATen's vectorised complex multiply on x86 (AVX2 and AVX-512 builds) rounds like the formula: two products, then
+    their difference / sum. Its scalar loop does not: compiled with FMA enabled, ``a * c - b * d`` becomes a fused
+    multiply-add, and about 10% of the results change. The scalar loop runs on what is left of a contiguous run after
+    whole pairs of vectors (at most 16 complex numbers); every run here is a multiple of whole rows of ``half``
+    complex numbers, so half % 16 == 0 leaves nothing to it, provided no thread split cuts a row: the caller keeps
+    every op serial (one thread, or blocks under _SERIAL_NUMEL). Other platforms (ARM's compilers contract the
+    generic vector code too) and fp16/bf16 take the real-valued path. A one-off probe (:func:`_complex_mul_matches`)
+    checks the kernel itself, in case a future PyTorch changes it.
+    """
+    half = x_rot.shape[-1] // 2
+    if x_rot.dtype not in (torch.float32, torch.float64) or half % 16:
+        return False
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    # view_as_complex needs pairs that are adjacent (last stride 1) and complex-aligned (even strides and offset).
+    for t in (x_rot, out_rot):
+        if t.stride(-1) != 1 or t.storage_offset() % 2 or any(st % 2 for st in t.stride()[:-1]):
+            return False
+    return _complex_mul_matches(x_rot.dtype)
+
+
+_COMPLEX_MUL_MATCHES: dict[torch.dtype, bool] = {}
+
+
+def _complex_mul_matches(dtype: torch.dtype) -> bool:
+    """Probe, once per dtype: does the complex multiply give exactly the formula's bits on rows of 16 complex numbers
+    (strided, so each row is a run of its own) of random data? A multiply-add that rounds once would differ on a good
+    fraction of these 1024 numbers."""
+    if dtype not in _COMPLEX_MUL_MATCHES:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(64, 32, 2, generator=g, dtype=dtype)[:, :16]
+        t = torch.randn(64, 32, 2, generator=g, dtype=dtype)[:, 16:]
+        with torch.no_grad():
+            got = torch.view_as_real(torch.view_as_complex(x) * torch.view_as_complex(t))
+        xe, xo, c, s = x[..., 0], x[..., 1], t[..., 0], t[..., 1]
+        _COMPLEX_MUL_MATCHES[dtype] = (torch.equal(got[..., 0], xe * c - xo * s)
+                                       and torch.equal(got[..., 1], xo * c + xe * s))
+    return _COMPLEX_MUL_MATCHES[dtype]
+
+
+def _block_grid(rows: tuple[int, ...], rows_per_block: int) -> tuple[int, int]:
+    """How to cut a tensor with leading shape ``rows`` (``x.shape[:-1]``) into blocks of at most ``rows_per_block``
+    rows (or a single row where one row is already larger): returns ``(k, step)`` for :func:`_cut`.
+
+    Take the outermost dimension k whose slices ``x[i0, ..., ik]`` hold at most ``rows_per_block`` rows each; a block
+    is up to ``step`` consecutive indices along k, for one index of every dimension before k, with ``step`` chosen so
+    the pieces along k come out about equal. E.g. rows = (8, 16, 2048) and 512 rows per block give 4 blocks per head
+    of 512 rows each; rows = (8, 16, 1) gives one block, the whole tensor. For a contiguous x the blocks follow memory
+    order.
+    """
+    k = next(k for k in range(len(rows)) if math.prod(rows[k + 1:]) <= rows_per_block)
+    step = max(1, rows_per_block // max(1, math.prod(rows[k + 1:])))
+    pieces = -(-rows[k] // step)
+    return k, -(-rows[k] // pieces)
+
+
+def _cut(t: torch.Tensor, k: int, step: int) -> list[torch.Tensor]:
+    """The blocks of :func:`_block_grid` as views of t, in order. unbind/split make all the views in a few calls,
+    where indexing block by block would spend several microseconds of Python per view."""
+    parts = [t]
+    for _ in range(k):
+        parts = [q for p in parts for q in p.unbind(0)]
+    return [b for p in parts for b in p.split(step)]
+
+
+def _run_blocks(blocks: list, work, threads: int) -> None:
+    """Call ``work(block, scratch)`` for every block, on this thread and ``threads - 1`` helper threads.
+
+    Torch ops release the GIL while they compute, so Python threads run blocks in parallel. Each op of a block stays
+    under _SERIAL_NUMEL elements, so it runs on the thread that calls it: torch's own parallelism would instead split
+    each small op across its threads and join them after it, thousands of times per call, which is slow and, on a
+    machine whose cores are busy with other work, can stall for milliseconds per op. Threads take the next block when
+    they finish one, so a thread that is descheduled holds up at most one block. ``scratch`` is a dict private to
+    the thread. Helper threads run with the caller's grad and inference mode, which are thread-local.
+    """
+    if threads <= 1 or len(blocks) < 2:
+        scratch: dict = {}
+        for block in blocks:
+            work(block, scratch)
+        return
+    lock = threading.Lock()
+    remaining = iter(blocks)
+
+    def take():
+        with lock:
+            return next(remaining, None)
+
+    grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+
+    def drain():
+        scratch: dict = {}
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+            for block in iter(take, None):
+                work(block, scratch)
+
+    helpers = [_helper_pool().submit(drain) for _ in range(min(threads, len(blocks)) - 1)]
+    try:
+        drain()
+    finally:
+        with lock:
+            remaining = iter(())     # on an error here, helpers stop after their current block
+        for future in helpers:
+            if not future.cancel():  # a helper that never started is dropped; the others are waited for
+                future.result()
+
+
+_HELPERS: tuple[int, ThreadPoolExecutor] | None = None
+_HELPERS_LOCK = threading.Lock()
+
+
+def _helper_pool() -> ThreadPoolExecutor:
+    """The helper threads of :func:`_run_blocks`, started on first use. A forked child process (e.g. a DataLoader
+    worker) inherits the executor but not its threads, so each process gets its own."""
+    global _HELPERS
+    with _HELPERS_LOCK:
+        if _HELPERS is None or _HELPERS[0] != os.getpid():
+            _HELPERS = os.getpid(), ThreadPoolExecutor(thread_name_prefix="posbook-rope")
+        return _HELPERS[1]
 
 
 def _layout_index(size: int, head_dim: int, rotary_dim: int, to_half: bool) -> torch.Tensor:

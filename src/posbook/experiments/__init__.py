@@ -4,8 +4,9 @@ tasks, a byte-level corpus from the Python standard library, and a resumable tra
 Run ``python -m posbook.experiments --help``; the book's page "Running the experiments" walks through it.
 """
 
-from .model import ABSOLUTE_POSITIONS, LAYER_CODES, GPT, GPTConfig
+from .model import ABSOLUTE_POSITIONS, LAYER_CODES, GPT, GPTConfig, LayerKind
+from .toy import fit
 from .train import PRESETS, TASK_NAMES, TrainConfig, choose_preset, evaluate, load_model, train
 
-__all__ = ["ABSOLUTE_POSITIONS", "GPT", "GPTConfig", "LAYER_CODES", "PRESETS", "TASK_NAMES", "TrainConfig",
-           "choose_preset", "evaluate", "load_model", "train"]
+__all__ = ["ABSOLUTE_POSITIONS", "GPT", "GPTConfig", "LAYER_CODES", "LayerKind", "PRESETS", "TASK_NAMES", "TrainConfig",
+           "choose_preset", "evaluate", "fit", "load_model", "train"]

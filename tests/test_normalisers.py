@@ -1,4 +1,4 @@
-"""posbook.attention.normalise: the four normalisers on raw logits, against attention() and first principles."""
+"""posbook.normalisers: the four normalisers on raw logits, against attention() and first principles."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers.models.deepseek_v4.modeling_deepseek_v4 import eager_attention_forward as deepseek_v4_eager
+from transformers.models.deepseek_v4.modeling_deepseek_v4 import (
+    eager_attention_forward as deepseek_v4_eager,
+)
 
 import posbook as pb
 from posbook.normalisers import NORMALISERS, normalise

@@ -1,4 +1,4 @@
-"""Tests for the hybrid-layout measurements in posbook.analysis: attention_mass and gradient_influence."""
+"""posbook.influence: attention_mass and gradient_influence, on hand-built weights and a tiny model."""
 
 import pytest
 import torch

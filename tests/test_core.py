@@ -1,4 +1,4 @@
-"""posbook.attention: the reference against first principles and Hugging Face, and the fast paths against it."""
+"""posbook.core: the reference attention against first principles and Hugging Face, and the fast paths against it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as gpt_oss_eager
+from transformers.models.gpt_oss.modeling_gpt_oss import (
+    eager_attention_forward as gpt_oss_eager,
+)
 
 import posbook as pb
 

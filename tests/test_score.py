@@ -1,5 +1,5 @@
-"""posbook.analysis, long-context part: the score as a sum of cosines, its exact window moments, the one-turn split
-and the four failure-mode rates, each checked against a brute-force computation."""
+"""posbook.score: the score as a sum of cosines, its exact window moments, the one-turn split, the normal
+fit and the inversion rates, each checked against a brute-force computation; RoFormer's decay bound."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-import posbook as pb
 import posbook as an
+import posbook as pb
 
 F64 = torch.float64
 
@@ -156,37 +156,6 @@ def test_token_inversion_rate_against_brute_force():
         assert rate[b].item() == pytest.approx(sum(flips) / len(flips), abs=1e-15)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_position_aliasing_against_all_pairs(dtype):
-    g = torch.Generator().manual_seed(7)
-    s = torch.randn(3, 400, dtype=F64, generator=g) * 30
-    frac, pairs = an.position_aliasing(s, dtype)
-    for b in range(3):
-        v = s[b].to(dtype).tolist()
-        equal = [(i, j) for i in range(len(v)) for j in range(i + 1, len(v)) if v[i] == v[j]]
-        assert pairs[b].item() == len(equal)
-        assert frac[b].item() == pytest.approx(len({i for p in equal for i in p}) / len(v), abs=1e-15)
-    long = torch.randn(2, 5000, dtype=F64, generator=g) * 30          # long rows: the histogram path for 16 bits
-    frac_l, pairs_l = an.position_aliasing(long, dtype)
-    for b in range(2):
-        _, counts = torch.unique(long[b].to(dtype).to(F64), return_counts=True)
-        assert pairs_l[b].item() == int((counts * (counts - 1) // 2).sum())
-        assert frac_l[b].item() == pytest.approx(int(counts[counts > 1].sum()) / 5000, abs=1e-15)
-    frac64, pairs64 = an.position_aliasing(torch.arange(100, dtype=F64), torch.float64)
-    assert frac64.item() == 0.0 and pairs64.item() == 0
-    frac_c, pairs_c = an.position_aliasing(torch.ones(5, dtype=F64))
-    assert frac_c.item() == 1.0 and pairs_c.item() == 10
-
-
-def test_token_aliasing_against_brute_force():
-    g = torch.Generator().manual_seed(8)
-    s1 = torch.randn(500, dtype=F64, generator=g) * 3
-    s2 = s1 + torch.randn(500, dtype=F64, generator=g) * 0.02
-    rate = an.token_aliasing_rate(s1, s2)
-    brute = sum(float(a) == float(b) for a, b in zip(s1.to(torch.bfloat16), s2.to(torch.bfloat16))) / 500
-    assert 0 < brute < 1 and rate.item() == pytest.approx(brute, abs=1e-15)
-
-
 def test_failure_rates_on_rope_scores_move_toward_a_coin_flip():
     # Sanity on real scores: a key equal to the query decays at short range and loses it at long range.
     g = torch.Generator().manual_seed(9)
@@ -198,6 +167,8 @@ def test_failure_rates_on_rope_scores_move_toward_a_coin_flip():
 
 
 x4 = torch.randn(4, dtype=F64)
+
+
 inv2 = pb.default_inv_freq(4, dtype=F64)
 
 
@@ -228,3 +199,29 @@ inv2 = pb.default_inv_freq(4, dtype=F64)
 def test_bad_input_names_the_argument(call, error, name):
     with pytest.raises(error, match=name):
         call()
+
+
+F64 = torch.float64
+
+
+def test_bound_at_zero_distance():
+    for d in (8, 64, 128):
+        assert pb.rope_decay_bound(torch.tensor([0]), pb.default_inv_freq(d, dtype=F64)).item() == (d // 2 + 1) / 2
+
+
+def test_abel_inequality_holds_for_random_plane_products():
+    g = torch.Generator().manual_seed(1)
+    inv_freq = pb.default_inv_freq(64, dtype=F64)
+    r = torch.arange(0, 3000, 7)
+    bound = pb.rope_decay_bound(r, inv_freq) * 32
+    for _ in range(20):
+        h = torch.complex(torch.randn(32, generator=g, dtype=F64), torch.randn(32, generator=g, dtype=F64))
+        lhs = (h * torch.polar(torch.ones(len(r), 32, dtype=F64), r[:, None] * inv_freq)).sum(-1).abs()
+        step = torch.cat((h, h.new_zeros(1))).diff().abs().max()
+        assert bool((lhs <= step * bound * (1 + 1e-12)).all())
+
+
+def test_bound_is_not_monotone_but_decays():
+    b = pb.rope_decay_bound(torch.arange(2000), pb.default_inv_freq(128, dtype=F64))
+    assert int((b[1:] > b[:-1]).sum()) > 50
+    assert b[1000:].mean() < 0.25 * b[0]      # single distances can still climb to a third of the start

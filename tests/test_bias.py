@@ -1,4 +1,4 @@
-"""ALiBi slopes and bias, T5 buckets (against Hugging Face's T5), and the three masks in both renderings."""
+"""posbook.bias: ALiBi slopes and bias, and T5 buckets against Hugging Face's T5."""
 
 from __future__ import annotations
 
@@ -82,44 +82,3 @@ def test_t5_relative_bias_module_is_a_lookup():
     buckets = pb.t5_relative_buckets(pb.relative_positions(5, 7), bidirectional=False, num_buckets=8, max_distance=16)
     assert bias.shape == (3, 5, 7)
     torch.testing.assert_close(bias, module.embedding.weight[buckets].permute(2, 0, 1))
-
-
-def brute_force(kind, tq, tk, window=None, chunk=None):
-    out = torch.zeros(tq, tk, dtype=torch.bool)
-    for r in range(tq):
-        i = tk - tq + r
-        for j in range(tk):
-            if kind == "full":
-                out[r, j] = True
-            elif kind == "causal":
-                out[r, j] = j <= i
-            elif kind == "sliding":
-                out[r, j] = j <= i and i - j < window
-            else:
-                out[r, j] = j <= i and i // chunk == j // chunk
-    return out
-
-
-@pytest.mark.parametrize("tq, tk", [(9, 9), (1, 9), (4, 13), (17, 17)])
-@pytest.mark.parametrize("kind, options", [("full", {}), ("causal", {}), ("sliding", {"window": 3}),
-                                           ("sliding", {"window": 1}), ("chunked", {"chunk_size": 4})])
-def test_masks_match_their_definition(kind, options, tq, tk):
-    mask = pb.attention_mask(kind, tq, tk, **options)
-    expected = brute_force(kind, tq, tk, options.get("window"), options.get("chunk_size"))
-    assert mask.dtype == torch.bool and torch.equal(mask, expected)
-
-
-@pytest.mark.parametrize("kind, options", [("causal", {}), ("sliding", {"window": 40}), ("chunked", {"chunk_size": 64})])
-def test_block_mask_is_the_same_rule_and_skips_blocks(kind, options):
-    t = 256
-    bm = pb.block_mask(kind, t, **options, block_size=32)
-    dense = bm.to_dense()[0, 0].repeat_interleave(32, 0).repeat_interleave(32, 1).bool()
-    rule = pb.attention_mask(kind, t, **options)
-    assert bool((dense | ~rule).all())  # every allowed pair lies in a computed block
-    if kind != "causal":
-        assert bm.sparsity() > 60  # a local layer computes well under half of the causal blocks
-
-
-def test_sliding_window_equal_to_length_is_causal():
-    assert torch.equal(pb.attention_mask("sliding", 10, window=10), pb.attention_mask("causal", 10))
-    assert torch.equal(pb.attention_mask("chunked", 10, chunk_size=10), pb.attention_mask("causal", 10))

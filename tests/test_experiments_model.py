@@ -1,0 +1,167 @@
+"""posbook.experiments.model: every layer code, local layers against the reference, recorded attention, logit
+scaling, and a compiled model with no graph break."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import posbook as pb
+from posbook.experiments import GPT, LAYER_CODES, GPTConfig
+from posbook.local import local_attention
+
+TINY = dict(n_layer=2, n_embd=32, n_head=4, window=4, chunk_size=4, max_seq_len=48)
+
+
+@pytest.mark.parametrize("code", sorted(LAYER_CODES))
+@pytest.mark.parametrize("options", [{}, {"qk_norm": "all", "sinks": True}, {"softcap": 5.0, "n_kv_head": 2},
+                                     {"absolute_positions": "sinusoidal", "logit_scaling": "llama4"}])
+def test_every_layer_code_is_causal_and_trains(code, options):
+    torch.manual_seed(0)
+    if code == "D" and {"sinks", "softcap"} & set(options):
+        with pytest.raises(ValueError, match="layer code D"):   # refused at construction, not mid-step
+            GPTConfig(pattern=code + "N", **TINY, **options)
+        return
+    model = GPT(GPTConfig(pattern=code + "N", **TINY, **options)).double()
+    idx = torch.randint(0, 256, (2, 20))
+    logits = model(idx)
+    assert logits.shape == (2, 20, 256)
+    # Causality: changing the last 5 tokens leaves the logits of the first 15 positions exactly as they were.
+    changed = idx.clone()
+    changed[:, 15:] = (changed[:, 15:] + 1) % 256
+    torch.testing.assert_close(model(changed)[:, :15], logits[:, :15], rtol=0, atol=1e-12)
+    logits.logsumexp(-1).mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_pattern_repeats_and_bad_patterns_are_named():
+    assert GPTConfig(pattern="SSSN", n_layer=8).layer_codes == list("SSSNSSSN")
+    with pytest.raises(ValueError, match="unknown layer code"):
+        GPTConfig(pattern="RXZ")
+    with pytest.raises(ValueError, match="n_kv_head"):
+        GPTConfig(n_head=4, n_kv_head=3)
+    with pytest.raises(ValueError, match="qk_norm"):
+        GPTConfig(qk_norm="some")
+
+
+@pytest.mark.parametrize("code", ["R", "S", "N"])
+def test_attention_temperature_divides_every_logit(code):
+    # Temperature τ divides q·k; without QK-Norm that is the same model with W_Q scaled by 1/τ.
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pattern=code, **TINY)).double()
+    idx = torch.randint(0, 256, (2, 20))
+    sharp = GPT(GPTConfig(pattern=code, **TINY, attn_temperature=0.25)).double()
+    sharp.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.q_proj.weight *= 4
+    torch.testing.assert_close(sharp(idx), model(idx), rtol=1e-12, atol=1e-12)
+    # Read at every forward: changing it on a built model takes effect at once.
+    sharp.config.attn_temperature = 1.0
+    assert not torch.allclose(sharp(idx), model(idx))
+    with pytest.raises(ValueError, match="attn_temperature"):
+        GPTConfig(attn_temperature=0.0)
+
+
+@pytest.mark.parametrize("code", sorted(LAYER_CODES))
+def test_recorded_attention_calls_reproduce_every_layer(code):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pattern=code + "N", **TINY, logit_scaling="swan")).double()
+    idx = torch.randint(0, 256, (2, 20))
+    plain = model(idx)
+    if code == "D":     # two attention maps: no single call to record, and the error says so
+        with pytest.raises(ValueError, match="differential"), model.recording_attention():
+            model(idx)
+        return
+    with model.recording_attention() as calls:
+        recorded = model(idx)
+    assert len(calls) == model.config.n_layer and all(b.attn.recorder is None for b in model.blocks)
+    torch.testing.assert_close(recorded, plain, rtol=1e-12, atol=1e-12)   # local layers: masked form = blocked kernel
+    q, k, v, call = calls[0]
+    out, weights = pb.attention(q, k, v, return_weights=True, impl="reference", **call)
+    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]))
+    if code in "SC":
+        assert not weights[..., 0, 1:].any() and weights[..., -1, :20 - model.config.window].abs().max() == 0
+    # The recorded call is the first layer's attention: projecting its output gives the layer's output.
+    block = model.blocks[0]
+    x = block.attn_norm(model.embed(idx))
+    torch.testing.assert_close(block.attn.o_proj(out.transpose(1, 2).reshape(2, 20, -1)), block.attn(x))
+
+
+@pytest.mark.parametrize("code, kind, option", [("S", "sliding", "window"), ("C", "chunked", "chunk_size")])
+def test_local_layers_equal_masked_reference_attention(code, kind, option):
+    torch.manual_seed(0)
+    layer = GPT(GPTConfig(pattern=code, **TINY)).double().blocks[0].attn
+    x = torch.randn(2, 19, 32, dtype=torch.float64)
+    q = layer.q_proj(x).view(2, 19, 4, 8).transpose(1, 2)
+    k = layer.k_proj(x).view(2, 19, 4, 8).transpose(1, 2)
+    v = layer.v_proj(x).view(2, 19, 4, 8).transpose(1, 2)
+    q, k = pb.apply_rope(q, layer.cos[:19], layer.sin[:19]), pb.apply_rope(k, layer.cos[:19], layer.sin[:19])
+    mask = pb.attention_mask(kind, 19, **{option: 4})
+    expected = layer.o_proj(pb.attention(q, k, v, mask=mask, impl="reference").transpose(1, 2).reshape(2, 19, 32))
+    torch.testing.assert_close(layer(x), expected)
+
+
+@pytest.mark.parametrize("t, window, block", [(37, 8, None), (64, 16, 4), (10, 32, None), (50, 7, 3), (33, 1, None)])
+def test_local_attention_equals_the_reference(t, window, block):
+    gen = torch.Generator().manual_seed(t)
+    q = torch.randn(2, 4, t, 8, generator=gen, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, t, 8, generator=gen, dtype=torch.float64) for _ in range(2))
+    for kind, options in (("sliding", {"window": window}), ("chunked", {"chunk_size": window})):
+        ref = pb.attention(q, k, v, mask=pb.attention_mask(kind, t, **options), impl="reference")
+        out = local_attention(q, k, v, kind=kind, block_size=block, **options)
+        torch.testing.assert_close(out, ref)
+
+
+def test_constant_logit_scaling_multiplies_only_nope_logits():
+    """logit_scaling="constant" (the fixed factor 10 = temperature 0.1 of a nanochat variant) scales the NoPE layers'
+    logits only: on an all-NoPE model it equals temperature 1/c, on RoPE layers it does nothing."""
+    idx = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    scaled = GPT(GPTConfig(pattern="N", **TINY, logit_scaling="constant", constant_logit_scale=4.0)).double()
+    torch.manual_seed(0)
+    cooled = GPT(GPTConfig(pattern="N", **TINY, attn_temperature=0.25)).double()
+    torch.testing.assert_close(scaled(idx), cooled(idx), rtol=1e-12, atol=1e-12)
+    torch.manual_seed(0)
+    rope_scaled = GPT(GPTConfig(pattern="R", **TINY, logit_scaling="constant")).double()
+    torch.manual_seed(0)
+    rope_plain = GPT(GPTConfig(pattern="R", **TINY)).double()
+    torch.testing.assert_close(rope_scaled(idx), rope_plain(idx), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="constant_logit_scale"):
+        GPTConfig(constant_logit_scale=0.0)
+
+
+def _every_code(**options) -> GPTConfig:
+    pattern = options.pop("pattern", "".join(LAYER_CODES))
+    return GPTConfig(pattern=pattern, n_layer=len(pattern), n_embd=32, n_head=4, window=4, chunk_size=4,
+                     max_seq_len=32, **options)
+
+
+def test_compiled_model_with_every_layer_code_has_no_graph_break_and_agrees_with_eager():
+    # fullgraph=True fails on the first graph break: a host synchronisation (.item(), bool(tensor)) in any layer's
+    # forward, or any Python the compiler cannot trace, would stop it here.
+    torch.manual_seed(0)
+    eager = GPT(_every_code(logit_scaling="swan"))
+    compiled_model = GPT(_every_code(logit_scaling="swan"))
+    compiled_model.load_state_dict(eager.state_dict())
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    out_eager, out_compiled = eager(idx), compiled(idx)
+    torch.testing.assert_close(out_compiled, out_eager, rtol=1e-5, atol=1e-5)
+    out_eager.logsumexp(-1).mean().backward()
+    out_compiled.logsumexp(-1).mean().backward()
+    for (name, p), q in zip(eager.named_parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("options", [{"sinks": True, "pattern": "RNSCPHAT"}, {"softcap": 30.0, "pattern": "RNSCPHAT"},
+                                     {"logit_scaling": "llama4", "qk_norm": "rope", "pattern": "RNSCPHAT"},
+                                     {"logit_scaling": "constant", "absolute_positions": "learned"},
+                                     {"absolute_positions": "sinusoidal", "n_kv_head": 2, "pattern": "RNSCPHAT"}])
+def test_every_option_traces_as_one_graph(options):
+    # The eager backend traces with dynamo and runs the captured graph as is: graph breaks fail, numbers are eager's.
+    torch.manual_seed(0)
+    model = GPT(_every_code(**options))
+    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    traced = torch.compile(model, backend="eager", fullgraph=True)
+    torch.testing.assert_close(traced(idx), model(idx), rtol=0, atol=0)

@@ -1,0 +1,52 @@
+"""posbook.experiments.tasks and .corpus: the algorithmic tasks' answers and the byte corpus."""
+
+from __future__ import annotations
+
+import torch
+
+from posbook.experiments import corpus as corpus_lib
+from posbook.experiments import tasks as tasks_lib
+
+
+def test_tasks_have_the_right_answers():
+    gen = torch.Generator().manual_seed(0)
+    for task in tasks_lib.TASKS:
+        for n in (1, 5, 12):
+            tokens, start = tasks_lib._example(task, n, gen)
+            assert len(tokens) == tasks_lib.sequence_length(task, n)
+            prompt, answer = tokens[:start], tokens[start:-1]
+            if task == "copy":
+                assert answer == prompt[1:-1]
+            elif task == "reverse":
+                assert answer == prompt[1:-1][::-1]
+            elif task == "addition":
+                a, b = prompt[1:n + 1], prompt[n + 2:2 * n + 2]
+                value = lambda digits: sum(d * 10 ** i for i, d in enumerate(digits))  # noqa: E731
+                assert value(answer) == value(a) + value(b)
+            else:
+                i = prompt.index(tasks_lib.MARK)
+                assert answer == prompt[i + 1:i + 1 + tasks_lib.PASSKEY_DIGITS]
+    x, y = tasks_lib.make_batch("copy", [2, 5], gen)
+    perfect = torch.nn.functional.one_hot(y.clamp(min=0), tasks_lib.VOCAB_SIZE).float()
+    assert tasks_lib.exact_match(perfect, y).tolist() == [1.0, 1.0]
+    perfect[1, -1] = perfect[1, -1].roll(1)          # one wrong answer token (the EOS of the longer example)
+    assert tasks_lib.exact_match(perfect, y).tolist() == [1.0, 0.0]
+
+
+def test_corpus_split_is_deterministic_and_hashed(tmp_path):
+    for i in range(40):
+        (tmp_path / f"m{i:02d}.py").write_text(f"x = {i}\n" * (i + 1))
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "t.py").write_text("excluded = True\n")
+    a = corpus_lib.load_corpus(root=tmp_path, val_fraction=0.25)
+    b = corpus_lib.load_corpus(root=tmp_path, val_fraction=0.25)
+    assert a.sha256 == b.sha256 and torch.equal(a.train, b.train) and a.n_files == 40
+    assert b"excluded" not in bytes(a.train.tolist()) + bytes(a.val.tolist())
+    assert 0.05 < a.val.numel() / (a.train.numel() + a.val.numel()) < 0.6
+    x, y = corpus_lib.text_batch(a.train, 3, 8, torch.Generator().manual_seed(0))
+    assert torch.equal(x[:, 1:], y[:, :-1])
+
+
+def test_stdlib_corpus_exists_here():
+    corpus = corpus_lib.load_corpus(max_bytes=300_000)
+    assert corpus.n_files > 10 and len(corpus.sha256) == 64
