@@ -5,7 +5,13 @@ embeddings; training steps (forward, backward, AdamW) on random tokens. The base
 trains such a model (no options, no argument checks); the experiment model routes every layer through posbook's
 pipeline. Goal: ≥ 0.95× the baseline's tokens/s.
 
+With ``--layer-codes``, instead: every layer code of the experiment model (``posbook.experiments.LAYER_CODES``)
+against RoPE layers in the same model, at T = 64 and T = 256, with one and two threads: tokens/s of a model whose
+every layer has that code, relative to the all-R model measured in the same rounds. Local layers (S, C) get a
+window / chunk of T/4, so they do less work than a global layer. Goal: every code ≥ 0.95×, local codes ≥ 1.0×.
+
     .venv/bin/python benchmarks/model_throughput.py [--threads N] [--steps S] [--seq-len T] [--batch B]
+    .venv/bin/python benchmarks/model_throughput.py --layer-codes [--rounds R] [--steps S]
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posbook.experiments.model import GPT, GPTConfig
+from posbook.experiments.model import GPT, LAYER_CODES, GPTConfig
 
 
 class PlainBlock(nn.Module):
@@ -78,6 +84,34 @@ def tokens_per_s(model: nn.Module, batch: int, t: int, vocab: int, steps: int) -
     return batch * t / statistics.median(times)
 
 
+def layer_code_table(args) -> None:
+    """Each layer code's tokens/s over the all-RoPE model's, measured side by side (alternating) in one run."""
+    print(f"torch {torch.__version__}; {args.n_layer} layers x {args.n_embd} wide, {args.n_head} heads, batch "
+          f"{args.batch}; tokens/s of an all-<code> model / an all-R model, median of {args.rounds} rounds")
+    codes = list(LAYER_CODES)
+    header = f"{'code':5s} {'what':40s}"
+    columns = [(threads, t) for threads in (1, 2) for t in (64, 256)]
+    header += "".join(f"  {f'{n}t T={t}':>10s}" for n, t in columns)
+    rows = {code: [] for code in codes}
+    for threads, t in columns:
+        torch.set_num_threads(threads)
+        models = {}
+        for code in codes:
+            torch.manual_seed(0)
+            models[code] = GPT(GPTConfig(vocab_size=256, n_layer=args.n_layer, n_embd=args.n_embd, n_head=args.n_head,
+                                         max_seq_len=t, pattern=code, window=t // 4, chunk_size=t // 4))
+        ratios = {code: [] for code in codes}
+        for _ in range(args.rounds):     # alternate every code with R, so drifting machine load hits both alike
+            for code in codes:
+                base = tokens_per_s(models["R"], args.batch, t, 256, args.steps)
+                ratios[code].append(tokens_per_s(models[code], args.batch, t, 256, args.steps) / base)
+        for code in codes:
+            rows[code].append(statistics.median(ratios[code]))
+    print(header)
+    for code in codes:
+        print(f"{code:5s} {LAYER_CODES[code].summary:40s}" + "".join(f"  {r:10.2f}" for r in rows[code]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None)
@@ -88,7 +122,13 @@ def main() -> None:
     parser.add_argument("--n-layer", type=int, default=4)
     parser.add_argument("--n-head", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2, help="alternate the two models this many times")
+    parser.add_argument("--layer-codes", action="store_true", help="the per-layer-code table (4 × 128 model)")
     args = parser.parse_args()
+    if args.layer_codes:
+        if args.n_embd == 256:       # the table's model is the 4 × 128 of the experiments
+            args.n_embd = 128
+        layer_code_table(args)
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     vocab = 256

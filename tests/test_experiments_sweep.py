@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from posbook.experiments import TrainConfig, sweep, train
-from posbook.experiments.train import largest_train_size
+from posbook.experiments.trainer import largest_train_size
 
 TINY = dict(n_layer=2, n_embd=32, n_head=4, pattern="RN")
 

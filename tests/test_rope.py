@@ -204,6 +204,30 @@ def test_blocked_cpu_path_gives_the_formulas_bits(monkeypatch, threads, layout, 
 
 
 @pytest.mark.parametrize("layout", pb.LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("table_shape", ["batch", "head", "both"])
+def test_blocked_path_with_tables_per_batch_or_head(monkeypatch, threads, layout, dtype, table_shape):
+    """cos/sin with leading dimensions (positions per sequence, as with left padding): each block must get the slice
+    of the table for its own batch entry / head, while the views shared by many blocks are reused."""
+    from posbook import rope as rope_module
+
+    monkeypatch.setattr(rope_module, "_MIN_FAST_BYTES", 0)
+    monkeypatch.setattr(rope_module, "_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(rope_module, "_SERIAL_NUMEL", 2048)
+    b, h, t, rotary_dim = 3, 4, 50, 64
+    x, _, _ = make_case((b, h, t), 96, rotary_dim, layout, dtype)
+    lead = {"batch": (b, 1), "head": (h,), "both": (b, h)}[table_shape]
+    offsets = torch.arange(math.prod(lead)).reshape(*lead, 1) * 1000
+    positions = offsets + torch.arange(t)                                    # [*lead, t]
+    cos, sin = pb.rope_cos_sin(positions.reshape(-1), pb.default_inv_freq(rotary_dim), layout=layout)
+    cos, sin = cos.reshape(*lead, t, rotary_dim), sin.reshape(*lead, t, rotary_dim)
+    for view in (x, x.transpose(0, 1).contiguous().transpose(0, 1)):  # contiguous, and heads outermost in memory
+        assert rope_module._fast_path_applies(view, cos, sin)
+        assert_same_bits(pb.apply_rope(view, cos, sin, layout=layout),
+                         rope_module._apply_rope_reference(view, cos, sin, layout))
+
+
+@pytest.mark.parametrize("layout", pb.LAYOUTS)
 @pytest.mark.parametrize("dtype, head_dim, rotary_dim", [(torch.float32, 128, 128), (torch.float32, 128, 64),
                                                          (torch.bfloat16, 128, 128), (torch.float64, 64, 64)])
 def test_fast_path_at_default_settings_gives_the_formulas_bits(threads, layout, dtype, head_dim, rotary_dim):

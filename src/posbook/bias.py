@@ -100,7 +100,7 @@ class T5RelativeBias(nn.Module):
     """T5's learned bias: one scalar per (bucket, head), looked up for every (query, key) pair.
 
     ``forward(q_len, k_len)`` returns [n_heads, q_len, k_len], to add to the logits. T5 itself does not scale
-    logits by 1/√d, so with :func:`posbook.attention` pass it as ``bias`` and choose ``scale`` as the model does.
+    logits by 1/√d, so with :func:`posbook.core.attention` pass it as ``bias`` and choose ``scale`` as the model does.
     """
 
     def __init__(self, n_heads: int, *, bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128):
@@ -134,5 +134,8 @@ class ALiBiBias(nn.Module):
 
 
 BIASES: dict[str, type[nn.Module]] = {"alibi": ALiBiBias, "t5": T5RelativeBias}
-"""The registry of additive position biases, name → module class: ``cls(n_heads, **options)``, and its
-``forward(q_len, k_len)`` returns the [n_heads, q_len, k_len] bias to add to the scaled logits."""
+"""The registry of additive position biases, name → module class. Each is built as ``cls(n_heads, **options)``,
+and its ``forward(q_len, k_len)`` returns the [n_heads, q_len, k_len] bias to add to the scaled logits.
+
+:meta hide-value:
+"""

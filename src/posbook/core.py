@@ -239,13 +239,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
         v: [batch, Hkv, Tk, dv].
         scale: multiplies q·kᵀ; default 1/√d.
         temperature: divides the logits (τ < 1 sharpens).
-        query_scale: a factor per query row, broadcastable to [batch, Hq, Tq] (e.g. :func:`swan_log_scale`,
-            :func:`llama4_attention_scale` of the query positions).
+        query_scale: a factor per query row, broadcastable to [batch, Hq, Tq] (e.g. :func:`posbook.logit_scales.swan_log_scale`,
+            :func:`posbook.logit_scales.llama4_attention_scale` of the query positions).
         bias: added after scaling, broadcastable to [batch, Hq, Tq, Tk] (ALiBi, T5; not divided by √d).
         softcap: logits → softcap·tanh(logits/softcap), before the mask.
         mask: bool tensor broadcastable to [batch, Hq, Tq, Tk] (True = may attend) or a flex_attention BlockMask.
         causal: also hide keys after each query (combined with ``mask``).
-        normaliser: one of :data:`NORMALISERS`.
+        normaliser: one of :data:`posbook.normalisers.NORMALISERS`.
         sink: [Hq] sink logits for ``normaliser="sink"``.
         sigmoid_bias: b in sigmoid(logit + b) for ``normaliser="sigmoid"``; default −log(Tk).
         gate: output-gate logits broadcastable to [batch, Hq, Tq, dv]; the output is multiplied by sigmoid(gate)

@@ -43,13 +43,14 @@ def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 DIVERGENCE_FORMS = ("textbook", "reversed")
-"""How two rows p, q are compared: ``"textbook"`` is the Jensen–Shannon divergence ½[KL(p‖m) + KL(q‖m)];
+"""The ways two rows p and q are compared. ``"textbook"`` is the Jensen–Shannon divergence ½[KL(p‖m) + KL(q‖m)];
 ``"reversed"`` is ½[KL(m‖p) + KL(m‖q)], m = (p + q)/2, the form of the NoPE paper's code
 (McGill-NLP/length-generalization, ``attention_kl_analyzer.py``): not bounded by ln 2, infinite where p or q has a
 zero that m has not."""
 
 HEAD_PAIRS = ("all", "i<j")
-"""Which head pairs the layer distance takes its minimum over: every (i, j), or only i < j as that code does."""
+"""The head pairs the layer distance takes its minimum over. ``"all"`` is every (i, j); ``"i<j"`` only i < j, as the
+NoPE paper's code does."""
 
 
 def head_pair_divergence(weights_a: torch.Tensor, weights_b: torch.Tensor, *, form: str = "textbook") -> torch.Tensor:

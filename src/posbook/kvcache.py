@@ -10,7 +10,7 @@ Per token and per attention layer a model caches
 Layers whose ``layer_types`` entry is a linear-attention or state-space layer keep a fixed-size state and no KV;
 sliding-window and chunked layers keep at most their window. Caches this arithmetic does not model (compressed
 or cross-layer-shared KV) raise an error rather than a wrong number. The configs of the models the book discusses
-live in :mod:`posbook.models`.
+live in :mod:`posbook.model_configs`.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: 
       positions before it plus itself, W + B keys per query instead of T/2 on average.
 
     q, k, v: [batch, H(q or kv), T, d] with equal T (training or prefill; decoding against a cache uses
-    :func:`attention` with a mask). ``query_scale``: optional per-query factor [T].
+    :func:`posbook.core.attention` with a mask). ``query_scale``: optional per-query factor [T].
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         _checks.tensor(name, x, ndim=4, floating=True)

@@ -1,6 +1,6 @@
 """Position-dependent logit scales: a factor per query position that sharpens attention as the context grows.
 
-Both scales multiply the queries at position n (pass them as ``query_scale`` to :func:`posbook.attention`):
+Both scales multiply the queries at position n (pass them as ``query_scale`` to :func:`posbook.core.attention`):
 SWAN-GPT's log_a(a + n) and Llama 4's temperature tuning of its NoPE layers. Chapter "iRoPE and hybrids" shows
 why a global layer without position needs one.
 """
@@ -53,4 +53,7 @@ def swan_log_scale(positions: torch.Tensor, *, a: float = 362.0) -> torch.Tensor
 
 LOGIT_SCALES = {"swan": swan_log_scale, "llama4": llama4_attention_scale}
 """The registry of position-dependent logit scales, name → ``f(positions, **options)`` returning the factor per
-query position (float64)."""
+query position (float64).
+
+:meta hide-value:
+"""

@@ -45,7 +45,10 @@ MASK_KINDS: dict[str, MaskKind] = {
                         "causal within fixed blocks of `chunk_size` positions (Llama 4's local layers)"),
 }
 """The registry of masks, kind → :class:`MaskKind`. The sliding rule keeps keys with 0 ≤ i − j < window, as Hugging
-Face's ``sliding_window`` does; the chunked rule keeps keys with j ≤ i in the same block ⌊i / chunk_size⌋."""
+Face's ``sliding_window`` does; the chunked rule keeps keys with j ≤ i in the same block ⌊i / chunk_size⌋.
+
+:meta hide-value:
+"""
 
 
 def local_size(kind: str, *, window: int | None, chunk_size: int | None) -> int | None:

@@ -108,7 +108,10 @@ NORMALISERS = {"softmax": _softmax, "softmax1": _softmax1, "sink": _sink, "sigmo
 """The registry of the ways a row of logits becomes weights, name → rule ``(logits, sink, sigmoid_bias) -> weights``:
 ``softmax``; ``softmax1`` (Miller 2023: a 1 added to the denominator, an implicit zero logit); ``sink`` (a learned
 logit per head in the denominator: GPT-OSS, DeepSeek-V4); ``sigmoid`` (each weight sigmoid(logit + b) on its own,
-Ramapuram et al. 2024). A new normaliser is one entry here."""
+Ramapuram et al. 2024). A new normaliser is one entry here.
+
+:meta hide-value:
+"""
 
 
 def _normalised(logits: torch.Tensor, normaliser: str, sink: torch.Tensor | None,

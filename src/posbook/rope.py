@@ -13,6 +13,7 @@ function of relative position, but of the wrong planes and frequencies.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import platform
@@ -137,6 +138,7 @@ _SERIAL_NUMEL = 32768
 # once and the output written once, as in a copy. Measured with benchmarks/rope_apply.py (2-core AVX-512 machine,
 # float32 [8, 16, 2048, 128]): 256 KiB best, 1 MiB (blocks no longer fit in L2) about 10% slower.
 _BLOCK_BYTES = 256 << 10
+_COMPLEX_BLOCK_BYTES = 1 << 20
 
 
 def _fast_path_applies(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
@@ -173,10 +175,11 @@ def _apply_rope_chunked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, l
     work goes block by block of rows while each block sits in cache, spread over torch's intra-op threads
     (:func:`_run_blocks`). Each block is rotated in one of two ways, both bit-identical to the formula:
 
-    * Interleaved layout, float32/float64, where :func:`_complex_rotation_is_exact` allows: one complex multiply.
-      Seen as complex numbers, (x0 + i·x1)(c + i·s) = (x0·c − x1·s) + i(x1·c + x0·s) is the rotation itself, and
-      ATen's vectorised complex multiply computes it as two rounded products and one rounded difference or sum, in
-      the formula's order (up to swapping the operands of the sum, which IEEE addition does not notice).
+    * Interleaved layout, float32/float64, where :func:`_complex_rotation_is_exact` allows: one complex multiply, a
+      single pass like a copy. Seen as complex numbers, (x0 + i·x1)(c + i·s) = (x0·c − x1·s) + i(x1·c + x0·s) is the
+      rotation itself, and ATen's vectorised complex multiply computes it as two rounded products and one rounded
+      difference or sum, in the formula's order (up to swapping the operands of the sum, which IEEE addition does not
+      notice).
     * Otherwise four elementwise passes, in the half layout (x = [x1, x2]; interleaved: the same with x1, x2 = even,
       odd dimensions)::
 
@@ -185,9 +188,10 @@ def _apply_rope_chunked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, l
         out1 -= tmp2;  out2 += tmp1         # [x1·c − x2·s, x2·c + x1·s]
 
       Each product is rounded to x.dtype and then subtracted or added in the same order as in the formula, so every
-      result is the same IEEE operation on the same operands. Fewer passes cannot do it with strided views: the
-      second product must land in the other half (out1 needs x2·s), a reflection that no view with positive strides
-      expresses, so the combination takes two ops however the products are arranged.
+      result is the same IEEE operation on the same operands. Three passes cannot do it: out1 needs the product of
+      the *other* half, x2·s, and moving a half onto the other is a reflection that no view with positive strides
+      expresses, so combining the products takes two ops however they are arranged (and a three-op variant that
+      writes all four products with one broadcast multiply measured slower).
 
     (NaNs stay NaN but may come back with another bit pattern: PyTorch's vectorised and scalar loops write different
     NaNs, so even a single op's NaN bits depend on its operands' strides.) ``torch.addcmul`` is not used: it may round
@@ -199,6 +203,7 @@ def _apply_rope_chunked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, l
     rows = x.shape[:-1]
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     x_rot, out_rot = x[..., :rotary_dim], out[..., :rotary_dim]
+    x_pass, out_pass = (x[..., rotary_dim:], out[..., rotary_dim:]) if rotary_dim < head_dim else (None, None)
     # The tables are built from the half of cos/sin the formula reads (c = cos[..., :half] or cos[..., 0::2]), so a
     # caller's cos whose two copies differ still gets exactly the formula's answer. Small: [..., T, rotary_dim].
     if layout == "half":
@@ -207,58 +212,49 @@ def _apply_rope_chunked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, l
         c, s = cos[..., 0::2].to(x.dtype), sin[..., 0::2].to(x.dtype)
 
     # Block size. With several threads every op of a block must stay under _SERIAL_NUMEL elements (the widest op is
-    # the full-width multiply, the complex multiply over half as many complex numbers, or the pass-through copy); if a
-    # single row is already wider, the blocks run on this thread alone and let each op use torch's threads.
+    # the full-width multiply, or the complex one over half as many complex numbers, or the pass-through copy); if a
+    # single row is already wider, the blocks run on this thread alone and each op uses torch's threads.
     threads = torch.get_num_threads()
     complex_ok = layout == "interleaved" and _complex_rotation_is_exact(x_rot, out_rot)
-    widest = max(half if complex_ok else rotary_dim, head_dim - rotary_dim)
-    if threads > 1 and widest >= _SERIAL_NUMEL:
-        threads, complex_ok = 1, False   # ops would be split across threads; the complex multiply then loses exactness
-        widest = max(rotary_dim, head_dim - rotary_dim)
+    if threads > 1 and max(half if complex_ok else rotary_dim, head_dim - rotary_dim) >= _SERIAL_NUMEL:
+        threads, complex_ok = 1, False    # ops would be split across threads, and a split row loses exactness
     if threads > 1:
-        rows_per_block = (_SERIAL_NUMEL - 1) // widest
+        rows_per_block = (_SERIAL_NUMEL - 1) // max(half if complex_ok else rotary_dim, head_dim - rotary_dim)
     else:
-        rows_per_block = max(1, _BLOCK_BYTES // (head_dim * x.element_size()))
+        rows_per_block = max(1, (_COMPLEX_BLOCK_BYTES if complex_ok else _BLOCK_BYTES)
+                             // (head_dim * x.element_size()))
+    blocks = _row_blocks(rows, rows_per_block)
 
     if complex_ok:
-        operands = [torch.view_as_complex(x_rot.unflatten(-1, (half, 2))),
-                    torch.complex(c, s).expand(*rows, half),                      # a view, no copy
-                    torch.view_as_complex(out_rot.unflatten(-1, (half, 2)))]
+        x_c = torch.view_as_complex(x_rot.unflatten(-1, (half, 2)))
+        out_c = torch.view_as_complex(out_rot.unflatten(-1, (half, 2)))
+        table = _table_blocks(rows, torch.complex(c, s))
+
+        def rotate(index, scratch):
+            torch.mul(x_c[index], table(index)[0], out=out_c[index])
+            if x_pass is not None:
+                out_pass[index].copy_(x_pass[index])
     else:
         if layout == "half":
-            cos_full, sin_full = torch.cat((c, c), dim=-1), torch.cat((s, s), dim=-1)
-            out1, out2 = out_rot[..., :half], out_rot[..., half:]
+            first, second = slice(None, half), slice(half, None)
+            table = _table_blocks(rows, torch.cat((c, c), dim=-1), torch.cat((s, s), dim=-1))
         else:
-            cos_full, sin_full = c.repeat_interleave(2, dim=-1), s.repeat_interleave(2, dim=-1)
-            out1, out2 = out_rot[..., 0::2], out_rot[..., 1::2]
-        operands = [x_rot, cos_full.expand(*rows, rotary_dim), sin_full.expand(*rows, rotary_dim), out_rot, out1, out2]
-    if rotary_dim < head_dim:
-        operands += [x[..., rotary_dim:], out[..., rotary_dim:]]
-    # Every operand has leading shape `rows` and is cut the same way: blocks[i] holds block i of each.
-    k, step = _block_grid(rows, rows_per_block)
-    blocks = list(zip(*(_cut(t, k, step) for t in operands)))
+            first, second = slice(0, None, 2), slice(1, None, 2)
+            table = _table_blocks(rows, c.repeat_interleave(2, dim=-1), s.repeat_interleave(2, dim=-1))
 
-    if complex_ok:
-        def rotate(block, scratch):
-            torch.mul(block[0], block[1], out=block[2])
-            if len(block) > 3:
-                block[4].copy_(block[3])
-    else:
-        first, second = (slice(None, half), slice(half, None)) if layout == "half" else (slice(0, None, 2),
-                                                                                          slice(1, None, 2))
-
-        def rotate(block, scratch):
-            xb, cb, sb, ob, ob1, ob2 = block[:6]
+        def rotate(index, scratch):
+            xb, ob = x_rot[index], out_rot[index]
+            cos_b, sin_b = table(index)
             if xb.shape not in scratch:      # one buffer per block shape and thread (blocks come in one or two shapes)
                 tmp = torch.empty(xb.shape, dtype=x.dtype, device=x.device)
                 scratch[xb.shape] = tmp, tmp[..., first], tmp[..., second]
             tmp, tmp1, tmp2 = scratch[xb.shape]
-            torch.mul(xb, cb, out=ob)
-            torch.mul(xb, sb, out=tmp)
-            ob1.sub_(tmp2)
-            ob2.add_(tmp1)
-            if len(block) > 6:
-                block[7].copy_(block[6])
+            torch.mul(xb, cos_b, out=ob)
+            torch.mul(xb, sin_b, out=tmp)
+            ob[..., first].sub_(tmp2)
+            ob[..., second].add_(tmp1)
+            if x_pass is not None:
+                out_pass[index].copy_(x_pass[index])
     _run_blocks(blocks, rotate, threads)
     return out
 
@@ -307,29 +303,42 @@ def _complex_mul_matches(dtype: torch.dtype) -> bool:
     return _COMPLEX_MUL_MATCHES[dtype]
 
 
-def _block_grid(rows: tuple[int, ...], rows_per_block: int) -> tuple[int, int]:
-    """How to cut a tensor with leading shape ``rows`` (``x.shape[:-1]``) into blocks of at most ``rows_per_block``
-    rows (or a single row where one row is already larger): returns ``(k, step)`` for :func:`_cut`.
+def _row_blocks(rows: tuple[int, ...], rows_per_block: int) -> list[tuple]:
+    """Index tuples that cut a tensor with leading shape ``rows`` (``x.shape[:-1]``) into blocks of at most
+    ``rows_per_block`` rows (or a single row where one row is already larger).
 
     Take the outermost dimension k whose slices ``x[i0, ..., ik]`` hold at most ``rows_per_block`` rows each; a block
     is up to ``step`` consecutive indices along k, for one index of every dimension before k, with ``step`` chosen so
-    the pieces along k come out about equal. E.g. rows = (8, 16, 2048) and 512 rows per block give 4 blocks per head
-    of 512 rows each; rows = (8, 16, 1) gives one block, the whole tensor. For a contiguous x the blocks follow memory
-    order.
+    the pieces along k come out about equal. E.g. rows = (8, 16, 2048) and 512 rows per block give the 512 blocks
+    ``(b, h, slice(t, t + 512))``, four per head; rows = (8, 16, 1) gives one block, the whole tensor. For a
+    contiguous x the blocks follow memory order.
     """
     k = next(k for k in range(len(rows)) if math.prod(rows[k + 1:]) <= rows_per_block)
     step = max(1, rows_per_block // max(1, math.prod(rows[k + 1:])))
-    pieces = -(-rows[k] // step)
-    return k, -(-rows[k] // pieces)
+    step = -(-rows[k] // -(-rows[k] // step))      # the same number of pieces, of equal size but for the last
+    return [(*outer, slice(start, start + step))
+            for outer in itertools.product(*(range(n) for n in rows[:k]))
+            for start in range(0, rows[k], step)]
 
 
-def _cut(t: torch.Tensor, k: int, step: int) -> list[torch.Tensor]:
-    """The blocks of :func:`_block_grid` as views of t, in order. unbind/split make all the views in a few calls,
-    where indexing block by block would spend several microseconds of Python per view."""
-    parts = [t]
-    for _ in range(k):
-        parts = [q for p in parts for q in p.unbind(0)]
-    return [b for p in parts for b in p.split(step)]
+def _table_blocks(rows: tuple[int, ...], *tables: torch.Tensor):
+    """``index -> (views of tables for that block of rows)``, for tables ``[..., T, width]`` whose leading dimensions
+    are 1 or equal to those of ``rows``. A dimension of size 1 stays (or, under an integer index, drops) and
+    broadcasts against x's block, so the views repeat from block to block (e.g. every head has the same T-slices):
+    they are made once and cached, which saves a few microseconds of Python per block."""
+    padded = [t.reshape((1,) * (len(rows) - t.dim() + 1) + t.shape) for t in tables]
+    sizes = padded[0].shape[:-1]
+    cache: dict = {}
+
+    def views(index):
+        key = tuple((i if n > 1 else 0) if isinstance(i, int) else ((i.start, i.stop) if n > 1 else None)
+                    for i, n in zip(index, sizes))
+        if key not in cache:
+            sub = tuple(i if isinstance(i, int) else slice(None) if i is None else slice(*i) for i in key)
+            cache[key] = tuple(t[sub] for t in padded)
+        return cache[key]
+
+    return views
 
 
 def _run_blocks(blocks: list, work, threads: int) -> None:

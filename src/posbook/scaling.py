@@ -379,7 +379,7 @@ class RopeType:
         keys: the keys it reads from the rope dict, beyond rope_type/type, rope_theta and partial_rotary_factor.
             Anything else in the dict is an error: a misspelt key (``"factors"``) would otherwise be ignored.
         extension_factor: for a type whose spectrum blends θ and θ/s plane by plane (θ' = θ·(γ + (1 − γ)/s)),
-            the function that reads s from the spec; None for the others. :func:`posbook.ramp_weights` needs it.
+            the function that reads s from the spec; None for the others. :func:`posbook.spectrum.ramp_weights` needs it.
         in_transformers: whether ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` has it (the test
             suite holds those equal to Hugging Face).
     """
@@ -404,7 +404,10 @@ ROPE_TYPES: dict[str, RopeType] = {t.name: t for t in (
     RopeType("ntk", _ntk, frozenset({"factor"}), _factor, in_transformers=False),
     RopeType("ntk_by_parts", _ntk_by_parts, _RAMP_KEYS, _factor, in_transformers=False),
 )}
-"""The registry of rope types, name → :class:`RopeType`: a new type is one entry here."""
+"""The registry of rope types, name → :class:`RopeType`: a new type is one entry here.
+
+:meta hide-value:
+"""
 
 
 def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, layer_type: str | None = None,

@@ -75,7 +75,7 @@ def frequency_ratio(config: Mapping[str, Any], seq_len: int | None = None, *,
     θ_i is the unscaled RoFormer spectrum of the same ``rope_theta`` (over rotary_dim, or over head_dim for
     ``"proportional"``, whose unrotated planes give 0). 1 means the plane is untouched, 1/factor means it is
     interpolated like position interpolation. ``seq_len`` (``"dynamic"``) and ``layer_type`` (configs with one rope
-    dict per layer type) are passed on to :func:`rope_parameters`.
+    dict per layer type) are passed on to :func:`posbook.scaling.rope_parameters`.
     """
     spec = rope_spec(config, layer_type)
     scaled, _ = rope_parameters(config, seq_len, layer_type=layer_type, dtype=torch.float64)

@@ -6,7 +6,7 @@ Run ``python -m posbook.experiments --help``; the book's page "Running the exper
 
 from .model import ABSOLUTE_POSITIONS, LAYER_CODES, GPT, GPTConfig, LayerKind
 from .toy import fit
-from .train import PRESETS, TASK_NAMES, TrainConfig, choose_preset, evaluate, load_model, train
+from .trainer import PRESETS, TASK_NAMES, TrainConfig, choose_preset, evaluate, load_model, train
 
 __all__ = ["ABSOLUTE_POSITIONS", "GPT", "GPTConfig", "LAYER_CODES", "LayerKind", "PRESETS", "TASK_NAMES", "TrainConfig",
            "choose_preset", "evaluate", "fit", "load_model", "train"]

@@ -12,7 +12,7 @@ import sys
 
 from .model import ABSOLUTE_POSITIONS, LAYER_CODES, LOGIT_SCALINGS, QK_NORM_MODES
 from .sweep import GRIDS, record_path, run_grid, stale_labels
-from .train import PRESETS, TASK_NAMES, TrainConfig, evaluate, load_model, train
+from .trainer import PRESETS, TASK_NAMES, TrainConfig, evaluate, load_model, train
 
 
 def _sizes(text: str) -> list[int]:

@@ -14,7 +14,7 @@ T     T5 relative-position buckets, global
 D     differential attention (Ye et al. 2024) with RoPE, global: n_head/2 differential heads of head_dim
 ====  =====================================================================================================
 
-Each code is one entry of :data:`LAYER_CODES`, a :class:`LayerKind` that says what the layer does to q, k, the
+Each code is one entry of ``LAYER_CODES``, a :class:`LayerKind` that says what the layer does to q, k, the
 logits and the mask; a new kind of layer is one entry there.
 
 Absolute position embeddings (learned or sinusoidal) are added to the token embeddings when
@@ -52,12 +52,12 @@ class LayerKind:
 
     Attributes:
         summary: one line for ``python -m posbook.experiments patterns``.
-        rope: the layer's rope config dict (Hugging Face form, for :func:`posbook.rope_parameters`) from the model
+        rope: the layer's rope config dict (Hugging Face form, for :func:`posbook.scaling.rope_parameters`) from the model
             config, or None for a layer that does not rotate q and k.
         mask: the kind of :data:`posbook.masks.MASK_KINDS` the layer attends with: "causal" (global),
             "sliding" (``window``) or "chunked" (``chunk_size``).
         bias: the :data:`posbook.bias.BIASES` module the layer adds to its logits, built from the model config.
-        differential: the layer is :class:`posbook.DiffAttention` (two softmax maps, their difference).
+        differential: the layer is :class:`posbook.diff_attention.DiffAttention` (two softmax maps, their difference).
         position_free: no position enters the layer at all (NoPE): ``logit_scaling`` applies to it.
     """
 
@@ -94,7 +94,10 @@ LAYER_CODES: dict[str, LayerKind] = {
         c.n_head, bidirectional=False, num_buckets=c.t5_num_buckets, max_distance=c.t5_max_distance)),
     "D": LayerKind("differential attention, RoPE, global", rope=_rope, differential=True),
 }
-"""The registry of layer codes, code → :class:`LayerKind`."""
+"""The registry of layer codes, code → :class:`LayerKind`.
+
+:meta hide-value:
+"""
 
 ABSOLUTE_POSITIONS = ("none", "learned", "sinusoidal")
 QK_NORM_MODES = ("none", "all", "rope")          # "rope": only in layers that rotate (Llama 4 drops it in NoPE layers)
@@ -294,7 +297,7 @@ class Attention(nn.Module):
 
 
 class DifferentialLayer(nn.Module):
-    """Layer code D: :class:`posbook.DiffAttention` with n_head/2 differential heads, rotated by RoPE."""
+    """Layer code D: :class:`posbook.diff_attention.DiffAttention` with n_head/2 differential heads, rotated by RoPE."""
 
     def __init__(self, config: GPTConfig, layer: int):
         super().__init__()

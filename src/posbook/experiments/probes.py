@@ -36,7 +36,7 @@ def attention_rows(model: torch.nn.Module, idx: torch.Tensor) -> dict[str, torch
     r"""Entropy and centred logit norm of every attention row of a :class:`posbook.experiments.model.GPT`.
 
     Runs ``model(idx)`` once without gradients inside :meth:`~posbook.experiments.model.GPT.recording_attention`
-    and recomputes each layer's weights with :func:`posbook.attention.attention` (reference path), so the rows are
+    and recomputes each layer's weights with :func:`posbook.core.attention` (reference path), so the rows are
     those of the real forward pass, temperature included. For each row (layer, sequence, head, query) it returns
     the Shannon entropy of the weights (nats) and the centred 2-norm of the logits over the keys the query can
     see, :math:`\lVert z - \bar z\rVert_2`. For plain softmax layers (no bias, softcap, sinks or extra scales)
@@ -89,7 +89,7 @@ def attention_weights(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor
 
     Runs ``model(idx)`` once without gradients inside
     :meth:`~posbook.experiments.model.GPT.recording_attention` and recomputes each layer's weights with
-    :func:`posbook.attention.attention` (reference path), as :func:`attention_rows` does, so they are the weights
+    :func:`posbook.core.attention` (reference path), as :func:`attention_rows` does, so they are the weights
     of the real forward pass (biases, masks and temperature included). Rows that a causal mask hides are 0.
 
     Args:

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .. import _checks
-from .train import TrainConfig, load_model, train
+from .trainer import TrainConfig, load_model, train
 
 RECORDS = Path(__file__).resolve().parent / "records"
 # Fields that do not change what a run computes: where it writes, whether it resumes, its progress bar.

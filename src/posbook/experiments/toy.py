@@ -3,7 +3,7 @@
 The chapters' toy trainings (a one-head previous-token model, a few GPT steps at a chosen temperature, QK-Clip on a
 toy head, a query fitted to output nothing, a tiny differential-attention model) differ in what they train and
 measure, not in the loop. :func:`fit` is that loop, written once; what a chapter measures during training goes in
-``on_step``. Runs of :func:`posbook.experiments.train` (presets, schedules, checkpoints) are for the experiments of
+``on_step``. Runs of :func:`posbook.experiments.trainer.train` (presets, schedules, checkpoints) are for the experiments of
 Part V.
 """
 

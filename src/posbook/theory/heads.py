@@ -1,7 +1,7 @@
 """Positional heads built by hand: a key that puts the score maximum at a chosen distance, and the attention
 pattern such a head produces on a sequence of identical tokens.
 
-Convention (as in :func:`posbook.analysis.rope_score_by_distance`): the query sits at position m, the key at
+Convention (as in :func:`posbook.score.rope_score_by_distance`): the query sits at position m, the key at
 m − r, and the score is s(r) = ⟨R(m)q, R(m − r)k⟩ = ⟨R(r)q, k⟩. With k = R(δ)q the score is ‖q‖² at r = δ and, by
 Cauchy–Schwarz and ‖R(r)q‖ = ‖q‖, no larger anywhere else (Barbero et al. 2024, "Round and Round We Go!").
 """

@@ -70,7 +70,7 @@ def attention_block(hidden: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, 
     """One NoPE attention head on one sequence: W_O · attention(W_Q h, W_K h, W_V h), no position anywhere.
 
     ``hidden`` is ``[T, d_model]``; the result (the head's contribution to the residual stream) is too. Scores are
-    scaled by 1/√head_dim as usual and normalised by softmax (:func:`posbook.attention.attention`, reference path).
+    scaled by 1/√head_dim as usual and normalised by softmax (:func:`posbook.core.attention`, reference path).
     With ``return_weights`` the ``[T, T]`` attention weights come back as well.
     """
     _checks.tensor("hidden", hidden, ndim=2, floating=True)

@@ -1,4 +1,4 @@
-"""posbook.experiments.train and the command line: training, provenance, exact resume after SIGKILL, two-process
+"""posbook.experiments.trainer and the command line: training, provenance, exact resume after SIGKILL, two-process
 DDP, presets."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 import torch
 
 from posbook.experiments import TrainConfig, train
-from posbook.experiments.train import PRESETS
+from posbook.experiments.trainer import PRESETS
 
 TINY = dict(n_layer=2, n_embd=32, n_head=4, window=4, chunk_size=4, max_seq_len=48)
 

@@ -1,7 +1,7 @@
 """The models the book discusses: their configs, each value with its source (``src/posbook/data/models.json``).
 
 :func:`models` returns the whole table (name → hf_id, config, sources, provenance, notes); :func:`model_config` one
-model's config, ready for :func:`posbook.rope_parameters` and :func:`posbook.kv_cache_bytes_per_token`.
+model's config, ready for :func:`posbook.scaling.rope_parameters` and :func:`posbook.kvcache.kv_cache_bytes_per_token`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def models() -> dict[str, Any]:
 
 
 def model_config(name: str) -> dict[str, Any]:
-    """The config of one model of :func:`models`, ready for :func:`kv_cache_bytes_per_token` and
+    """The config of one model of :func:`models`, ready for :func:`posbook.kvcache.kv_cache_bytes_per_token` and
     :func:`posbook.scaling.rope_parameters`."""
     _checks.choice("name", name, sorted(_models()))
     return copy.deepcopy(_models()[name]["config"])
