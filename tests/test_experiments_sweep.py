@@ -48,11 +48,23 @@ def test_grid_is_recorded_reloaded_and_reproduced_exactly(tiny_grid, tmp_path):
     assert again == json.loads(json.dumps(first))
     check = sweep.reproduce("tiny", tiny_grid, ["copy/NoPE"])["copy/NoPE"]
     assert check["identical"] and check["max_abs_diff"] == 0.0
+    assert set(check["beyond_seeds"]) == set(sweep.flat_metrics(first["copy/NoPE"]["final"]))
+    assert not any(check["beyond_seeds"].values())     # a bit-identical run is inside its (one-seed) range
     assert not check["model"].training and check["model"].config.pattern == "N"
     changed = dict(tiny_grid, **{"copy/NoPE": replace(tiny_grid["copy/NoPE"], steps=9)})
     assert sweep.stale_labels("tiny", changed) == ["copy/NoPE"]
     with pytest.raises(ValueError, match="no record for its current configuration"):
         sweep.reproduce("tiny", changed, ["copy/NoPE"])
+
+
+def test_seed_range_spans_the_seeds_of_one_run_only():
+    final = lambda loss, acc: {"final": {"train_loss": loss, "accuracy_by_size": {"4": acc}}}
+    record = {"copy/RoPE/0": final(0.5, 0.2), "copy/RoPE/1": final(0.3, 0.9), "copy/RoPE/2": final(0.4, 0.6),
+              "copy/RoPE (long)/0": final(9.0, 0.0), "copy/NoPE/0": final(1.0, 1.0)}
+    assert sweep.seed_range(record, "copy/RoPE/1") == {"train_loss": (0.3, 0.5), "accuracy_by_size/4": (0.2, 0.9)}
+    assert sweep.flat_metrics(record["copy/NoPE/0"]["final"]) == {"train_loss": 1.0, "accuracy_by_size/4": 1.0}
+    with pytest.raises(ValueError, match="no run copy/ALiBi/<seed>"):
+        sweep.seed_range(record, "copy/ALiBi/0")
 
 
 def test_summary_keeps_every_evaluation_and_thins_the_rest():

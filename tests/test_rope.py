@@ -76,7 +76,7 @@ def test_layout_permutation_roundtrip_and_equivalence(n_heads, half_dim, rot_fra
     head_dim = 2 * half_dim
     rotary_dim = max(2, 2 * int(half_dim * rot_frac))
     w = torch.randn(n_heads * head_dim, 5, generator=g, dtype=F64)
-    kw = dict(dim=0, head_dim=head_dim, rotary_dim=rotary_dim)
+    kw = {"dim": 0, "head_dim": head_dim, "rotary_dim": rotary_dim}
     assert torch.equal(pb.half_to_interleaved(pb.interleaved_to_half(w, **kw), **kw), w)
     assert torch.equal(pb.interleaved_to_half(pb.half_to_interleaved(w, **kw), **kw), w)
     # per head: RoPE_half(P x) == P RoPE_interleaved(x)
@@ -142,7 +142,8 @@ def test_gradients_flow():
 # --- the blocked CPU fast path (rope._apply_rope_chunked) must return the formula's bits ------------------------------
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
-INT_OF = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+INT_OF = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16,
+          torch.float16: torch.int16}
 
 
 def assert_same_bits(got, want):

@@ -189,9 +189,9 @@ def _apply_rope_chunked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, l
 
       Each product is rounded to x.dtype and then subtracted or added in the same order as in the formula, so every
       result is the same IEEE operation on the same operands. Three passes cannot do it: out1 needs the product of
-      the *other* half, x2·s, and moving a half onto the other is a reflection that no view with positive strides
-      expresses, so combining the products takes two ops however they are arranged (and a three-op variant that
-      writes all four products with one broadcast multiply measured slower).
+      the *other* half, x2·s, and moving one half onto the other is a reflection that no view with positive strides
+      expresses, so combining the products takes two ops however they are arranged (a three-op variant that writes
+      all four products with one broadcast multiply measured slower).
 
     (NaNs stay NaN but may come back with another bit pattern: PyTorch's vectorised and scalar loops write different
     NaNs, so even a single op's NaN bits depend on its operands' strides.) ``torch.addcmul`` is not used: it may round
@@ -203,7 +203,6 @@ def _apply_rope_chunked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, l
     rows = x.shape[:-1]
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     x_rot, out_rot = x[..., :rotary_dim], out[..., :rotary_dim]
-    x_pass, out_pass = (x[..., rotary_dim:], out[..., rotary_dim:]) if rotary_dim < head_dim else (None, None)
     # The tables are built from the half of cos/sin the formula reads (c = cos[..., :half] or cos[..., 0::2]), so a
     # caller's cos whose two copies differ still gets exactly the formula's answer. Small: [..., T, rotary_dim].
     if layout == "half":
@@ -216,45 +215,52 @@ def _apply_rope_chunked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, l
     # single row is already wider, the blocks run on this thread alone and each op uses torch's threads.
     threads = torch.get_num_threads()
     complex_ok = layout == "interleaved" and _complex_rotation_is_exact(x_rot, out_rot)
-    if threads > 1 and max(half if complex_ok else rotary_dim, head_dim - rotary_dim) >= _SERIAL_NUMEL:
+    widest = max(half if complex_ok else rotary_dim, head_dim - rotary_dim)
+    if threads > 1 and widest >= _SERIAL_NUMEL:
         threads, complex_ok = 1, False    # ops would be split across threads, and a split row loses exactness
     if threads > 1:
-        rows_per_block = (_SERIAL_NUMEL - 1) // max(half if complex_ok else rotary_dim, head_dim - rotary_dim)
+        rows_per_block = (_SERIAL_NUMEL - 1) // widest
     else:
         rows_per_block = max(1, (_COMPLEX_BLOCK_BYTES if complex_ok else _BLOCK_BYTES)
                              // (head_dim * x.element_size()))
-    blocks = _row_blocks(rows, rows_per_block)
+    cut = _BlockCut(rows, rows_per_block)
 
+    # Per block, the views each op needs (made here in one go: a few microseconds of Python each).
     if complex_ok:
-        x_c = torch.view_as_complex(x_rot.unflatten(-1, (half, 2)))
-        out_c = torch.view_as_complex(out_rot.unflatten(-1, (half, 2)))
-        table = _table_blocks(rows, torch.complex(c, s))
-
-        def rotate(index, scratch):
-            torch.mul(x_c[index], table(index)[0], out=out_c[index])
-            if x_pass is not None:
-                out_pass[index].copy_(x_pass[index])
+        operands = [cut.views(torch.view_as_complex(x_rot.unflatten(-1, (half, 2)))),
+                    cut.table_views(torch.complex(c, s)),
+                    cut.views(torch.view_as_complex(out_rot.unflatten(-1, (half, 2))))]
     else:
         if layout == "half":
             first, second = slice(None, half), slice(half, None)
-            table = _table_blocks(rows, torch.cat((c, c), dim=-1), torch.cat((s, s), dim=-1))
+            cos_full, sin_full = torch.cat((c, c), dim=-1), torch.cat((s, s), dim=-1)
         else:
             first, second = slice(0, None, 2), slice(1, None, 2)
-            table = _table_blocks(rows, c.repeat_interleave(2, dim=-1), s.repeat_interleave(2, dim=-1))
+            cos_full, sin_full = c.repeat_interleave(2, dim=-1), s.repeat_interleave(2, dim=-1)
+        operands = [cut.views(x_rot), cut.table_views(cos_full), cut.table_views(sin_full), cut.views(out_rot),
+                    cut.views(out_rot[..., first]), cut.views(out_rot[..., second])]
+    if rotary_dim < head_dim:
+        operands += [cut.views(x[..., rotary_dim:]), cut.views(out[..., rotary_dim:])]
+    blocks = list(zip(*operands))
 
-        def rotate(index, scratch):
-            xb, ob = x_rot[index], out_rot[index]
-            cos_b, sin_b = table(index)
+    if complex_ok:
+        def rotate(block, scratch):
+            torch.mul(block[0], block[1], out=block[2])
+            if len(block) > 3:
+                block[4].copy_(block[3])
+    else:
+        def rotate(block, scratch):
+            xb, cos_b, sin_b, ob, ob1, ob2 = block[:6]
             if xb.shape not in scratch:      # one buffer per block shape and thread (blocks come in one or two shapes)
                 tmp = torch.empty(xb.shape, dtype=x.dtype, device=x.device)
                 scratch[xb.shape] = tmp, tmp[..., first], tmp[..., second]
             tmp, tmp1, tmp2 = scratch[xb.shape]
             torch.mul(xb, cos_b, out=ob)
             torch.mul(xb, sin_b, out=tmp)
-            ob[..., first].sub_(tmp2)
-            ob[..., second].add_(tmp1)
-            if x_pass is not None:
-                out_pass[index].copy_(x_pass[index])
+            ob1.sub_(tmp2)
+            ob2.add_(tmp1)
+            if len(block) > 6:
+                block[7].copy_(block[6])
     _run_blocks(blocks, rotate, threads)
     return out
 
@@ -303,42 +309,43 @@ def _complex_mul_matches(dtype: torch.dtype) -> bool:
     return _COMPLEX_MUL_MATCHES[dtype]
 
 
-def _row_blocks(rows: tuple[int, ...], rows_per_block: int) -> list[tuple]:
-    """Index tuples that cut a tensor with leading shape ``rows`` (``x.shape[:-1]``) into blocks of at most
-    ``rows_per_block`` rows (or a single row where one row is already larger).
+class _BlockCut:
+    """Cuts tensors with leading shape ``rows`` (``x.shape[:-1]``) into the same blocks of at most ``rows_per_block``
+    rows (or a single row where one row is already larger).
 
     Take the outermost dimension k whose slices ``x[i0, ..., ik]`` hold at most ``rows_per_block`` rows each; a block
-    is up to ``step`` consecutive indices along k, for one index of every dimension before k, with ``step`` chosen so
-    the pieces along k come out about equal. E.g. rows = (8, 16, 2048) and 512 rows per block give the 512 blocks
-    ``(b, h, slice(t, t + 512))``, four per head; rows = (8, 16, 1) gives one block, the whole tensor. For a
+    is up to ``step`` consecutive indices along k, for one index of every dimension before k (an "outer" index), with
+    ``step`` chosen so the pieces along k come out about equal. E.g. rows = (8, 16, 2048) and 512 rows per block give
+    512 blocks ``x[b, h, t:t + 512]``, four per head; rows = (8, 16, 1) gives one block, the whole tensor. For a
     contiguous x the blocks follow memory order.
     """
-    k = next(k for k in range(len(rows)) if math.prod(rows[k + 1:]) <= rows_per_block)
-    step = max(1, rows_per_block // max(1, math.prod(rows[k + 1:])))
-    step = -(-rows[k] // -(-rows[k] // step))      # the same number of pieces, of equal size but for the last
-    return [(*outer, slice(start, start + step))
-            for outer in itertools.product(*(range(n) for n in rows[:k]))
-            for start in range(0, rows[k], step)]
 
+    def __init__(self, rows: tuple[int, ...], rows_per_block: int):
+        self.k = k = next(k for k in range(len(rows)) if math.prod(rows[k + 1:]) <= rows_per_block)
+        step = max(1, rows_per_block // max(1, math.prod(rows[k + 1:])))
+        step = -(-rows[k] // -(-rows[k] // step))      # as many pieces, of equal size but for the last
+        self.outer = list(itertools.product(*(range(n) for n in rows[:k])))
+        self.pieces = [slice(start, start + step) for start in range(0, rows[k], step)]
+        self.ndim = len(rows)
 
-def _table_blocks(rows: tuple[int, ...], *tables: torch.Tensor):
-    """``index -> (views of tables for that block of rows)``, for tables ``[..., T, width]`` whose leading dimensions
-    are 1 or equal to those of ``rows``. A dimension of size 1 stays (or, under an integer index, drops) and
-    broadcasts against x's block, so the views repeat from block to block (e.g. every head has the same T-slices):
-    they are made once and cached, which saves a few microseconds of Python per block."""
-    padded = [t.reshape((1,) * (len(rows) - t.dim() + 1) + t.shape) for t in tables]
-    sizes = padded[0].shape[:-1]
-    cache: dict = {}
+    def views(self, t: torch.Tensor) -> list[torch.Tensor]:
+        """The blocks of t, in order: one view per block (indexing the outer view once and slicing it for each piece
+        halves the Python cost of ``t[b, h, t0:t1]`` per block)."""
+        return [view[piece] for index in self.outer for view in (t[index],) for piece in self.pieces]
 
-    def views(index):
-        key = tuple((i if n > 1 else 0) if isinstance(i, int) else ((i.start, i.stop) if n > 1 else None)
-                    for i, n in zip(index, sizes))
-        if key not in cache:
-            sub = tuple(i if isinstance(i, int) else slice(None) if i is None else slice(*i) for i in key)
-            cache[key] = tuple(t[sub] for t in padded)
-        return cache[key]
-
-    return views
+    def table_views(self, table: torch.Tensor) -> list[torch.Tensor]:
+        """The blocks of a table ``[..., T, width]`` whose leading dimensions are 1 or those of ``rows``: a dimension of
+        size 1 stays (or, under an outer index, drops) and broadcasts against x's block. Blocks that share a slice
+        (e.g. every head: the same T-range of a [T, width] table) share one view."""
+        table = table.reshape((1,) * (self.ndim - table.dim() + 1) + table.shape)
+        sizes, cache, views = table.shape[:-1], {}, []
+        for index in self.outer:
+            key = tuple(i if n > 1 else 0 for i, n in zip(index, sizes))
+            if key not in cache:
+                view = table[key]
+                cache[key] = [view[piece] if sizes[self.k] > 1 else view for piece in self.pieces]
+            views += cache[key]
+        return views
 
 
 def _run_blocks(blocks: list, work, threads: int) -> None:
