@@ -8,6 +8,7 @@ import torch
 
 import posbook as pb
 from posbook.experiments import GPT, LAYER_CODES, GPTConfig
+from posbook.experiments import model as model_lib
 from posbook.local import local_attention
 
 TINY = dict(n_layer=2, n_embd=32, n_head=4, window=4, chunk_size=4, max_seq_len=48)
@@ -165,3 +166,21 @@ def test_every_option_traces_as_one_graph(options):
     idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
     traced = torch.compile(model, backend="eager", fullgraph=True)
     torch.testing.assert_close(traced(idx), model(idx), rtol=0, atol=0)
+
+
+def test_a_new_layer_kind_is_one_entry_of_the_table(monkeypatch):
+    for code, kind in LAYER_CODES.items():
+        assert kind.mask in pb.MASK_KINDS, code
+        if kind.bias is not None:
+            assert isinstance(kind.bias(GPTConfig()), tuple(pb.BIASES.values())), code
+        if kind.rope is not None:
+            pb.rope_parameters(kind.rope(GPTConfig()))
+    # A layer that rotates with a base of 500 and attends within chunks: one entry, nothing else to change.
+    monkeypatch.setitem(LAYER_CODES, "X", model_lib.LayerKind(
+        "RoPE with base 500, chunked", rope=lambda c: {"rope_theta": 500.0, "head_dim": c.head_dim}, mask="chunked"))
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pattern="XN", **TINY))
+    assert torch.equal(model.blocks[0].attn.cos, pb.rope_cos_sin(torch.arange(48), pb.default_inv_freq(8, 500.0))[0])
+    idx = torch.randint(0, 256, (2, 12))
+    model(idx).logsumexp(-1).mean().backward()
+    assert model.blocks[0].attn.q_proj.weight.grad is not None

@@ -115,3 +115,11 @@ def test_text_runs_report_bits_per_byte_at_longer_lengths():
     assert final["val_bpb_by_len"]["16"] == final["val_bpb"]
     with pytest.raises(ValueError, match="eval_seq_lens"):
         replace(run, eval_seq_lens=[0]).resolved()
+
+
+def test_in_training_range_separates_what_a_run_trained_on():
+    copy = tiny(train_max_size=4)
+    assert sweep.in_training_range(copy, "train_loss") and sweep.in_training_range(copy, "accuracy_by_size/4")
+    assert not sweep.in_training_range(copy, "accuracy_by_size/5")
+    text = TrainConfig(task="text", preset="cpu", seq_len=64)
+    assert sweep.in_training_range(text, "val_bpb_by_len/64") and not sweep.in_training_range(text, "val_bpb_by_len/128")

@@ -246,3 +246,19 @@ def test_default_inv_freq_formula_and_hf_default():
     cfg = LlamaConfig(hidden_size=256, num_attention_heads=2, rope_theta=500_000.0)
     hf = LlamaRotaryEmbedding(cfg).inv_freq
     torch.testing.assert_close(pb.default_inv_freq(128, 500_000.0), hf, rtol=2e-7, atol=0)
+
+
+def test_a_new_rope_type_is_one_entry_of_the_registry(monkeypatch):
+    # A type that halves every frequency, with one key of its own: registering it is all it takes.
+    half = pb.RopeType("halved", lambda spec, seq_len: (pb.default_inv_freq(spec.rotary_dim, spec.rope_theta,
+                                                                          dtype=torch.float64) / spec.params["by"], 1.0),
+                       frozenset({"by"}))
+    monkeypatch.setitem(pb.ROPE_TYPES, "halved", half)
+    config = {"head_dim": 16, "rope_theta": 1e4, "rope_scaling": {"rope_type": "halved", "by": 2.0}}
+    inv_freq, factor = pb.rope_parameters(config)
+    torch.testing.assert_close(inv_freq, pb.default_inv_freq(16) / 2)
+    assert factor == 1.0
+    with pytest.raises(ValueError, match="does not use"):
+        pb.rope_parameters({**config, "rope_scaling": {"rope_type": "halved", "by": 2.0, "factor": 4.0}})
+    for name, rope_type in pb.ROPE_TYPES.items():
+        assert rope_type.name == name and callable(rope_type.rule)

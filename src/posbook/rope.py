@@ -137,7 +137,7 @@ _SERIAL_NUMEL = 32768
 # cos/sin slices (about 5x this) then stay in the 2 MiB L2 across the passes made over it, so main memory sees x read
 # once and the output written once, as in a copy. Measured with benchmarks/rope_apply.py (2-core AVX-512 machine,
 # float32 [8, 16, 2048, 128]): 256 KiB best, 1 MiB (blocks no longer fit in L2) about 10% slower.
-_BLOCK_BYTES = 256 << 10
+_BLOCK_BYTES = 128 << 10
 _COMPLEX_BLOCK_BYTES = 1 << 20
 
 
@@ -204,11 +204,9 @@ def _apply_rope_chunked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, l
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     x_rot, out_rot = x[..., :rotary_dim], out[..., :rotary_dim]
     # The tables are built from the half of cos/sin the formula reads (c = cos[..., :half] or cos[..., 0::2]), so a
-    # caller's cos whose two copies differ still gets exactly the formula's answer. Small: [..., T, rotary_dim].
-    if layout == "half":
-        c, s = cos[..., :half].to(x.dtype), sin[..., :half].to(x.dtype)
-    else:
-        c, s = cos[..., 0::2].to(x.dtype), sin[..., 0::2].to(x.dtype)
+    # caller's cos whose two copies differ still gets exactly the formula's answer.
+    c, s = (cos[..., :half], sin[..., :half]) if layout == "half" else (cos[..., 0::2], sin[..., 0::2])
+    dtype = x.dtype
 
     # Block size. With several threads every op of a block must stay under _SERIAL_NUMEL elements (the widest op is
     # the full-width multiply, or the complex one over half as many complex numbers, or the pass-through copy); if a
@@ -224,44 +222,44 @@ def _apply_rope_chunked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, l
         rows_per_block = max(1, (_COMPLEX_BLOCK_BYTES if complex_ok else _BLOCK_BYTES)
                              // (head_dim * x.element_size()))
     cut = _BlockCut(rows, rows_per_block)
-
-    # Per block, the views each op needs (made here in one go: a few microseconds of Python each).
-    if complex_ok:
-        operands = [cut.views(torch.view_as_complex(x_rot.unflatten(-1, (half, 2)))),
-                    cut.table_views(torch.complex(c, s)),
-                    cut.views(torch.view_as_complex(out_rot.unflatten(-1, (half, 2))))]
-    else:
-        if layout == "half":
-            first, second = slice(None, half), slice(half, None)
-            cos_full, sin_full = torch.cat((c, c), dim=-1), torch.cat((s, s), dim=-1)
-        else:
-            first, second = slice(0, None, 2), slice(1, None, 2)
-            cos_full, sin_full = c.repeat_interleave(2, dim=-1), s.repeat_interleave(2, dim=-1)
-        operands = [cut.views(x_rot), cut.table_views(cos_full), cut.table_views(sin_full), cut.views(out_rot),
-                    cut.views(out_rot[..., first]), cut.views(out_rot[..., second])]
+    x_pass = out_pass = None                       # blocks of the pass-through part (partial RoPE)
     if rotary_dim < head_dim:
-        operands += [cut.views(x[..., rotary_dim:]), cut.views(out[..., rotary_dim:])]
-    blocks = list(zip(*operands))
+        x_pass, out_pass = cut.blocks(x[..., rotary_dim:]), cut.blocks(out[..., rotary_dim:])
 
     if complex_ok:
-        def rotate(block, scratch):
-            torch.mul(block[0], block[1], out=block[2])
-            if len(block) > 3:
-                block[4].copy_(block[3])
+        x_c = cut.blocks(torch.view_as_complex(x_rot.unflatten(-1, (half, 2))))
+        out_c = cut.blocks(torch.view_as_complex(out_rot.unflatten(-1, (half, 2))))
+        table = cut.table_blocks(lambda c, s: torch.complex(c.to(dtype), s.to(dtype)), c, s)
+
+        def rotate(i, scratch):
+            torch.mul(x_c(i), table(i), out=out_c(i))
+            if x_pass is not None:
+                out_pass(i).copy_(x_pass(i))
     else:
-        def rotate(block, scratch):
-            xb, cos_b, sin_b, ob, ob1, ob2 = block[:6]
+        if layout == "half":     # full-width tables [c, c], [s, s]
+            first, second = slice(None, half), slice(half, None)
+            table = cut.table_blocks(lambda c, s: (torch.cat((c, c), dim=-1).to(dtype),
+                                                   torch.cat((s, s), dim=-1).to(dtype)), c, s)
+        else:                    # [c0, c0, c1, c1, ...]
+            first, second = slice(0, None, 2), slice(1, None, 2)
+            table = cut.table_blocks(lambda c, s: (c.repeat_interleave(2, dim=-1).to(dtype),
+                                                   s.repeat_interleave(2, dim=-1).to(dtype)), c, s)
+        x_b, out_b, out1_b, out2_b = (cut.blocks(t) for t in (x_rot, out_rot, out_rot[..., first], out_rot[..., second]))
+
+        def rotate(i, scratch):
+            xb = x_b(i)
             if xb.shape not in scratch:      # one buffer per block shape and thread (blocks come in one or two shapes)
-                tmp = torch.empty(xb.shape, dtype=x.dtype, device=x.device)
+                tmp = torch.empty(xb.shape, dtype=dtype, device=x.device)
                 scratch[xb.shape] = tmp, tmp[..., first], tmp[..., second]
             tmp, tmp1, tmp2 = scratch[xb.shape]
-            torch.mul(xb, cos_b, out=ob)
-            torch.mul(xb, sin_b, out=tmp)
-            ob1.sub_(tmp2)
-            ob2.add_(tmp1)
-            if len(block) > 6:
-                block[7].copy_(block[6])
-    _run_blocks(blocks, rotate, threads)
+            cos_full, sin_full = table(i)
+            torch.mul(xb, cos_full, out=out_b(i))
+            torch.mul(xb, sin_full, out=tmp)
+            out1_b(i).sub_(tmp2)
+            out2_b(i).add_(tmp1)
+            if x_pass is not None:
+                out_pass(i).copy_(x_pass(i))
+    _run_blocks(len(cut), rotate, threads)
     return out
 
 
@@ -311,13 +309,18 @@ def _complex_mul_matches(dtype: torch.dtype) -> bool:
 
 class _BlockCut:
     """Cuts tensors with leading shape ``rows`` (``x.shape[:-1]``) into the same blocks of at most ``rows_per_block``
-    rows (or a single row where one row is already larger).
+    rows (or a single row where one row is already larger), numbered 0, 1, ... in memory order for a contiguous x.
 
     Take the outermost dimension k whose slices ``x[i0, ..., ik]`` hold at most ``rows_per_block`` rows each; a block
     is up to ``step`` consecutive indices along k, for one index of every dimension before k (an "outer" index), with
     ``step`` chosen so the pieces along k come out about equal. E.g. rows = (8, 16, 2048) and 512 rows per block give
-    512 blocks ``x[b, h, t:t + 512]``, four per head; rows = (8, 16, 1) gives one block, the whole tensor. For a
-    contiguous x the blocks follow memory order.
+    512 blocks ``x[b, h, t:t + 512]``, four per head; rows = (8, 16, 1) gives one block, the whole tensor.
+
+    :meth:`blocks` returns a function ``i -> view of block i``, so the views are made as the blocks are worked on and
+    dropped after: building them all first would put thousands of new objects before Python's garbage collector,
+    whose collections then scan everything the process holds (tens of milliseconds in a process that imported
+    transformers). Indexing each outer view once and slicing that for each piece halves the Python cost of
+    ``t[b, h, t0:t1]`` per block.
     """
 
     def __init__(self, rows: tuple[int, ...], rows_per_block: int):
@@ -328,43 +331,56 @@ class _BlockCut:
         self.pieces = [slice(start, start + step) for start in range(0, rows[k], step)]
         self.ndim = len(rows)
 
-    def views(self, t: torch.Tensor) -> list[torch.Tensor]:
-        """The blocks of t, in order: one view per block (indexing the outer view once and slicing it for each piece
-        halves the Python cost of ``t[b, h, t0:t1]`` per block)."""
-        return [view[piece] for index in self.outer for view in (t[index],) for piece in self.pieces]
+    def __len__(self) -> int:
+        return len(self.outer) * len(self.pieces)
 
-    def table_views(self, table: torch.Tensor) -> list[torch.Tensor]:
-        """The blocks of a table ``[..., T, width]`` whose leading dimensions are 1 or those of ``rows``: a dimension of
-        size 1 stays (or, under an outer index, drops) and broadcasts against x's block. Blocks that share a slice
-        (e.g. every head: the same T-range of a [T, width] table) share one view."""
-        table = table.reshape((1,) * (self.ndim - table.dim() + 1) + table.shape)
-        sizes, cache, views = table.shape[:-1], {}, []
-        for index in self.outer:
-            key = tuple(i if n > 1 else 0 for i, n in zip(index, sizes))
-            if key not in cache:
-                view = table[key]
-                cache[key] = [view[piece] if sizes[self.k] > 1 else view for piece in self.pieces]
-            views += cache[key]
-        return views
+    def blocks(self, t: torch.Tensor):
+        outer, pieces, n = [t[index] for index in self.outer], self.pieces, len(self.pieces)
+        return lambda i: outer[i // n][pieces[i % n]]
+
+    def table_blocks(self, build, *sources: torch.Tensor):
+        """Like :meth:`blocks`, for tables built by ``build`` from ``sources`` (cos and sin halves ``[..., T, width]``,
+        whose leading dimensions are 1 or those of ``rows``): ``i -> build(*(the sources' slices for block i))``. A
+        dimension of size 1 stays (or, under an outer index, drops) and broadcasts against x's block. Each table is
+        built block by block, where every op is small enough to run serially (a whole-table op would be split across
+        torch's threads, which stalls when the cores are busy), and only once for all blocks that read the same slice
+        (e.g. every head: the same T-range of a [T, width] table)."""
+        sources = [t.reshape((1,) * (self.ndim - t.dim() + 1) + t.shape) for t in sources]
+        sizes, k, pieces, n = sources[0].shape[:-1], self.k, self.pieces, len(self.pieces)
+        keys = [tuple(i if size > 1 else 0 for i, size in zip(index, sizes)) for index in self.outer]
+        built: dict = {}
+
+        def table(i):
+            outer, piece = divmod(i, n)
+            if sizes[k] == 1:
+                piece = -1                   # the table broadcasts along k: every piece reads all of it
+            key = keys[outer], piece
+            if key not in built:             # two threads may both build it: same values, either one is kept
+                index = keys[outer] + ((pieces[piece] if piece >= 0 else slice(None)),)
+                built[key] = build(*(t[index] for t in sources))
+            return built[key]
+
+        return table
 
 
-def _run_blocks(blocks: list, work, threads: int) -> None:
-    """Call ``work(block, scratch)`` for every block, on this thread and ``threads - 1`` helper threads.
+def _run_blocks(n_blocks: int, work, threads: int) -> None:
+    """Call ``work(i, scratch)`` for i in range(n_blocks), on this thread and ``threads - 1`` helper threads.
 
     Torch ops release the GIL while they compute, so Python threads run blocks in parallel. Each op of a block stays
     under _SERIAL_NUMEL elements, so it runs on the thread that calls it: torch's own parallelism would instead split
     each small op across its threads and join them after it, thousands of times per call, which is slow and, on a
-    machine whose cores are busy with other work, can stall for milliseconds per op. Threads take the next block when
-    they finish one, so a thread that is descheduled holds up at most one block. ``scratch`` is a dict private to
-    the thread. Helper threads run with the caller's grad and inference mode, which are thread-local.
+    machine whose cores are busy with other work, can stall for milliseconds per op (measured: seconds per call).
+    Threads take the next block when they finish one, so a thread that is descheduled holds up at most one block.
+    ``scratch`` is a dict private to the thread. Helper threads run with the caller's grad and inference mode, which
+    are thread-local.
     """
-    if threads <= 1 or len(blocks) < 2:
+    if threads <= 1 or n_blocks < 2:
         scratch: dict = {}
-        for block in blocks:
-            work(block, scratch)
+        for i in range(n_blocks):
+            work(i, scratch)
         return
     lock = threading.Lock()
-    remaining = iter(blocks)
+    remaining = iter(range(n_blocks))
 
     def take():
         with lock:
@@ -375,10 +391,10 @@ def _run_blocks(blocks: list, work, threads: int) -> None:
     def drain():
         scratch: dict = {}
         with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-            for block in iter(take, None):
-                work(block, scratch)
+            for i in iter(take, None):
+                work(i, scratch)
 
-    helpers = [_helper_pool().submit(drain) for _ in range(min(threads, len(blocks)) - 1)]
+    helpers = [_helper_pool().submit(drain) for _ in range(min(threads, n_blocks) - 1)]
     try:
         drain()
     finally:

@@ -180,6 +180,18 @@ def seed_range(record: dict[str, dict[str, Any]], label: str) -> dict[str, tuple
     return {key: (min(f[key] for f in finals), max(f[key] for f in finals)) for key in finals[0]}
 
 
+def in_training_range(run: TrainConfig, metric: str) -> bool:
+    """Whether a metric of :func:`flat_metrics` measures what the run trained on: the training and validation loss,
+    accuracy at a size the run trained on (≤ ``train_max_size``), bits per byte at lengths up to ``seq_len``.
+    The others measure extrapolation, where another CPU's model differs from the record as much as another seed."""
+    resolved = run.resolved()
+    name, _, size = metric.partition("/")
+    if not size:
+        return True
+    limit = resolved.train_max_size if name == "accuracy_by_size" else resolved.seq_len
+    return int(size) <= limit
+
+
 def flat_metrics(final: dict[str, Any]) -> dict[str, float]:
     """A run's final metrics as one flat dict: nested ones (accuracy per size, bits per byte per length) become
     ``"accuracy_by_size/8"`` and the like."""
