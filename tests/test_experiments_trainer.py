@@ -95,7 +95,8 @@ def test_two_process_ddp_follows_the_one_process_curve(tmp_path):
 
 def test_cli_help_lists_and_errors(tmp_path):
     assert "train" in cli("--help").stdout
-    assert "p-RoPE" in cli("patterns").stdout
+    patterns = cli("patterns").stdout
+    assert "p-RoPE" in patterns and "D  differential attention" in patterns and "LayerKind(" not in patterns
     assert json.loads(cli("presets").stdout)["cpu"]["steps"] > 0
     bad = cli("train", "--task", "copy", "--pattern", "RQ", "--out", str(tmp_path))
     assert bad.returncode == 2 and "unknown layer code" in bad.stderr

@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(PRESETS, indent=2))
         return 0
     if args.command == "patterns":
-        for code, meaning in LAYER_CODES.items():
-            print(f"{code}  {meaning}")
+        for code, kind in LAYER_CODES.items():
+            print(f"{code}  {kind.summary}")
         print("A pattern repeats to n_layer: 'SSSN' over 8 layers is SSSNSSSN.")
         return 0
     try:
