@@ -282,3 +282,28 @@ def test_fast_path_keeps_the_callers_thread_local_modes(monkeypatch, threads):
         assert not rope_module._fast_path_applies(x, cos, sin)
         got = pb.apply_rope(x, cos, sin, layout="interleaved")
     assert torch.equal(got, want) and seen
+
+
+@pytest.mark.parametrize("mode", ["grad", "no_grad", "inference"])
+def test_helper_threads_take_blocks_with_the_callers_modes(mode):
+    """rope._run_blocks with 2 threads: both threads work (a barrier makes the first block of each wait for the other)
+    and see the caller's grad / inference mode, which are thread-local; every block runs once."""
+    import threading
+
+    from posbook import rope as rope_module
+
+    barrier, seen, lock = threading.Barrier(2, timeout=30), [], threading.Lock()
+
+    def work(i, scratch):
+        if not scratch:
+            scratch["first"] = True
+            barrier.wait()
+        with lock:
+            seen.append((i, threading.get_ident(), torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+
+    context = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference": torch.inference_mode}[mode]
+    with context():
+        rope_module._run_blocks(20, work, 2)
+    assert sorted(i for i, *_ in seen) == list(range(20))
+    assert len({thread for _, thread, *_ in seen}) == 2
+    assert {(grad, inference) for *_, grad, inference in seen} == {(mode == "grad", mode == "inference")}

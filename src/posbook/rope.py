@@ -81,7 +81,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout:
 
     The result has x's dtype: cos and sin are cast to it, as Hugging Face does (the angles themselves should have
     been computed in float32, see :func:`rope_cos_sin`). Large CPU inputs outside autograd take a blocked,
-    cache-friendly path that returns the same bits as the formula (see ``_apply_rope_chunked``).
+    cache-friendly path that returns the same bits as the formula and runs on ``torch.get_num_threads()`` threads
+    (see ``_apply_rope_chunked``).
     """
     _checks.tensor("x", x, ndim_min=2, floating=True)
     _checks.tensor("cos", cos, ndim_min=2, floating=True)
@@ -134,11 +135,13 @@ _MIN_FAST_BYTES = 2 << 20
 _SERIAL_NUMEL = 32768
 
 # With one intra-op thread the blocks can be larger: about this many bytes of x each. A block's x, output, scratch and
-# cos/sin slices (about 5x this) then stay in the 2 MiB L2 across the passes made over it, so main memory sees x read
-# once and the output written once, as in a copy. Measured with benchmarks/rope_apply.py (2-core AVX-512 machine,
-# float32 [8, 16, 2048, 128]): 256 KiB best, 1 MiB (blocks no longer fit in L2) about 10% slower.
-_BLOCK_BYTES = 128 << 10
-_COMPLEX_BLOCK_BYTES = 1 << 20
+# cos/sin slices (about 5x this) then stay in the 2 MiB L2 across the four passes made over it, so main memory sees x
+# read once and the output written once, as in a copy; fewer, larger blocks save Python overhead (several µs per
+# block). Measured with benchmarks/rope_apply.py (2-core AVX-512 machine, float32 [8, 16, 2048, 128]): 128-256 KiB
+# within noise of each other, 384 KiB and more about 5% slower. The complex multiply makes a single pass, so its
+# blocks only need to be large: 1 MiB to the whole tensor measured within 3%, smaller blocks slower.
+_BLOCK_BYTES = 192 << 10
+_COMPLEX_BLOCK_BYTES = 16 << 20
 
 
 def _fast_path_applies(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
@@ -267,14 +270,15 @@ def _complex_rotation_is_exact(x_rot: torch.Tensor, out_rot: torch.Tensor) -> bo
     """Whether rotating the interleaved ``x_rot`` into ``out_rot`` as one complex multiply per block gives the formula's
     bits.
 
-    ATen's vectorised complex multiply on x86 (AVX2 and AVX-512 builds) rounds like the formula: two products, then
-    their difference / sum. Its scalar loop does not: compiled with FMA enabled, ``a * c - b * d`` becomes a fused
-    multiply-add, and about 10% of the results change. The scalar loop runs on what is left of a contiguous run after
-    whole pairs of vectors (at most 16 complex numbers); every run here is a multiple of whole rows of ``half``
-    complex numbers, so half % 16 == 0 leaves nothing to it, provided no thread split cuts a row: the caller keeps
-    every op serial (one thread, or blocks under _SERIAL_NUMEL). Other platforms (ARM's compilers contract the
-    generic vector code too) and fp16/bf16 take the real-valued path. A one-off probe (:func:`_complex_mul_matches`)
-    checks the kernel itself, in case a future PyTorch changes it.
+    ATen's vectorised complex multiply on x86 (the AVX2 and AVX-512 kernels, and the generic one of the DEFAULT
+    build) rounds like the formula: two products, then their difference / sum. Its scalar loop does not: compiled
+    with FMA enabled, ``a * c - b * d`` becomes a fused multiply-add (in a test, 8-10% of float32 results changed).
+    The scalar loop runs on what is left of a contiguous run after whole pairs of vectors (fewer than 16 complex
+    numbers on x86); every run here is a whole number of rows of ``half`` complex numbers, so half % 16 == 0 leaves
+    nothing to it, provided no thread split cuts a row: the caller keeps every op serial (one thread, or blocks under
+    _SERIAL_NUMEL elements). Elsewhere (ARM, POWER, ...) vector widths and kernels differ and are untested here, and
+    fp16/bf16 have no such kernel: they take the real-valued path. A one-off probe (:func:`_complex_mul_matches`)
+    checks the kernel's rounding itself, in case a PyTorch release changes it.
     """
     half = x_rot.shape[-1] // 2
     if x_rot.dtype not in (torch.float32, torch.float64) or half % 16:
@@ -369,10 +373,10 @@ def _run_blocks(n_blocks: int, work, threads: int) -> None:
     Torch ops release the GIL while they compute, so Python threads run blocks in parallel. Each op of a block stays
     under _SERIAL_NUMEL elements, so it runs on the thread that calls it: torch's own parallelism would instead split
     each small op across its threads and join them after it, thousands of times per call, which is slow and, on a
-    machine whose cores are busy with other work, can stall for milliseconds per op (measured: seconds per call).
-    Threads take the next block when they finish one, so a thread that is descheduled holds up at most one block.
-    ``scratch`` is a dict private to the thread. Helper threads run with the caller's grad and inference mode, which
-    are thread-local.
+    machine whose cores are busy with other work, can stall for milliseconds per op (measured: seconds per call on a
+    2-core machine with one core taken by another process). Threads take the next block when they finish one, so a
+    thread that is descheduled holds up at most one block. ``scratch`` is a dict private to the thread. Helper
+    threads run with the caller's grad and inference mode, which are thread-local.
     """
     if threads <= 1 or n_blocks < 2:
         scratch: dict = {}
