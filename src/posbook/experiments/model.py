@@ -168,8 +168,8 @@ class GPTConfig:
                                  "heads; n_head must be even")
             if self.sinks or self.softcap is not None or self.qk_norm != "none" or self.n_kv_head not in (None, self.n_head):
                 raise ValueError("layer code D (differential attention) has no sinks, softcap, QK-Norm or grouped-"
-                                 "query heads in this model; got sinks={}, softcap={}, qk_norm={!r}, n_kv_head={}".format(
-                                     self.sinks, self.softcap, self.qk_norm, self.n_kv_head))
+                                 f"query heads in this model; got sinks={self.sinks}, softcap={self.softcap}, "
+                                 f"qk_norm={self.qk_norm!r}, n_kv_head={self.n_kv_head}")
         if not isinstance(self.diff_head_norm, bool):
             raise TypeError(f"diff_head_norm must be a bool, got {type(self.diff_head_norm).__name__} "
                             f"{self.diff_head_norm!r}")
@@ -178,11 +178,9 @@ class GPTConfig:
         _checks.choice("absolute_positions", self.absolute_positions, ABSOLUTE_POSITIONS)
         _checks.choice("qk_norm", self.qk_norm, QK_NORM_MODES)
         _checks.choice("logit_scaling", self.logit_scaling, LOGIT_SCALINGS)
-        if self.logit_scaling == "swan":
-            LOGIT_SCALES["swan"](torch.zeros(1), a=self.swan_a)       # checks a once, here
-        elif self.logit_scaling == "llama4":
-            LOGIT_SCALES["llama4"](torch.zeros(1), floor_scale=self.llama4_floor_scale,
-                                   attn_scale=self.llama4_attn_scale)
+        scaling = LOGIT_SCALINGS[self.logit_scaling]
+        if scaling is not None:
+            scaling(torch.zeros(1), self)      # the scale's own checks of its options (swan_a, llama4_*), once, here
         _checks.number("rope_theta", self.rope_theta, positive=True)
         _checks.number("rope_fraction", self.rope_fraction, positive=True)
         if self.rope_fraction > 1:

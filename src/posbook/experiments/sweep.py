@@ -136,7 +136,8 @@ def reproduce(grid: str, runs: dict[str, TrainConfig], labels: list[str]) -> dic
     largest absolute difference of any final metric from the record (loss, bits per byte, or accuracy at any size:
     ``max_abs_diff``), whether every one of them equals the record to the last bit (``identical``), and how far
     each fresh metric lies outside the range the recorded seeds of the same run span (``beyond_seeds``: metric →
-    distance, 0 inside; see :func:`seed_range`).
+    distance, 0 inside; see :func:`seed_range`), and which of those metrics measure what the run trained on
+    (``in_training``, see :func:`in_training_range`).
 
     On the CPU that wrote the record, a run retrained with the same thread count is bit-identical. On another CPU
     (other vector instructions, other matrix kernels) the first steps round differently and a few hundred steps
@@ -160,7 +161,7 @@ def reproduce(grid: str, runs: dict[str, TrainConfig], labels: list[str]) -> dic
         envelope = seed_range(record, label)
         beyond = {key: max(lo - new[key], new[key] - hi, 0.0) for key, (lo, hi) in envelope.items()}
         out[label] = {"results": fresh, "model": model.eval(), "max_abs_diff": max(diffs), "identical": old == new,
-                      "beyond_seeds": beyond}
+                      "beyond_seeds": beyond, "in_training": {key for key in beyond if in_training_range(runs[label], key)}}
     return out
 
 
@@ -169,14 +170,11 @@ def seed_range(record: dict[str, dict[str, Any]], label: str) -> dict[str, tuple
     last part (``"copy/ALiBi/0"`` → every ``"copy/ALiBi/<seed>"`` in the record); a label without a seed part
     spans itself."""
     head, _, tail = label.rpartition("/")
-    if not tail.isdigit():
-        head, names = label, [label] if label in record else []
-    else:
-        names = [name for name in record if name.rpartition("/")[0] == head and name.rpartition("/")[2].isdigit()]
+    names = ([name for name in record if name.rpartition("/")[0] == head and name.rpartition("/")[2].isdigit()]
+             if tail.isdigit() else [label] * (label in record))
+    if not names:
+        raise ValueError(f"the record has no run {head}/<seed>; labels look like {sorted(record)[:3]}")
     finals = [flat_metrics(record[name]["final"]) for name in names]
-    prefix = head + "/"
-    if not finals:
-        raise ValueError(f"the record has no run {prefix}<seed>; labels look like {sorted(record)[:3]}")
     return {key: (min(f[key] for f in finals), max(f[key] for f in finals)) for key in finals[0]}
 
 
