@@ -70,7 +70,9 @@ def test_seed_range_spans_the_seeds_of_one_run_only():
 def test_summary_keeps_every_evaluation_and_thins_the_rest():
     results = train(tiny(steps=130, eval_every=50))
     kept = sweep.summarise(results)["history"]
-    assert 60 <= len(kept) <= 70
+    # 130 steps / 60 points: the smallest round stride that keeps at most 60 is 5; step 1 and the evaluations stay.
+    assert [h["step"] for h in kept] == [1, *range(5, 131, 5)]
+    assert all(h == results["history"][h["step"] - 1] for h in kept)
     assert [h["step"] for h in kept if "accuracy_by_size" in h] == [50, 100, 130]
     assert kept[-1] == results["history"][-1]
 

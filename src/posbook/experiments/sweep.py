@@ -36,7 +36,7 @@ from .trainer import TrainConfig, load_model, train
 
 RECORDS = Path(__file__).resolve().parent / "records"
 # Fields that do not change what a run computes: where it writes, whether it resumes, its progress bar.
-_NOT_RESULTS = ("out_dir", "resume", "progress", "checkpoint_every")
+_NOT_RESULTS = ("out_dir", "resume", "progress", "checkpoint_every", "stop_after")
 HISTORY_POINTS = 60          # training-loss points kept per run (every evaluation is kept as well)
 
 
@@ -45,6 +45,8 @@ def run_id(run: TrainConfig) -> str:
     values = asdict(run.resolved())
     for name in _NOT_RESULTS:
         values.pop(name)
+    # Options added after a grid was recorded default to None and leave the ids of the runs that do not use them.
+    values = {name: value for name, value in values.items() if value is not None}
     text = json.dumps(values, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -53,8 +55,11 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     """What a record keeps of one run's results: everything but the full per-step history, which is thinned to
     about HISTORY_POINTS training-loss points plus every evaluation."""
     history = results["history"]
-    every = max(1, len(history) // HISTORY_POINTS)
-    kept = [h for i, h in enumerate(history) if i % every == 0 or len(h) > 4 or i == len(history) - 1]
+    # A round stride (1, 2, 5, 10, 20, 50, ...), so that round steps such as 100 are kept (see reproduce_prefix).
+    every = next(stride * scale for scale in (10 ** k for k in range(12)) for stride in (1, 2, 5)
+                 if stride * scale * HISTORY_POINTS >= len(history))
+    kept = [h for i, h in enumerate(history) if h["step"] % every == 0 or i == 0 or len(h) > 4
+            or i == len(history) - 1]
     return {**{k: v for k, v in results.items() if k != "history"}, "history": kept}
 
 
@@ -69,20 +74,58 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _train_quietly(run: TrainConfig) -> dict[str, Any]:
-    with _one_thread():
-        return summarise(train(replace(run, out_dir=None, progress=False)))
+def _train_quietly(job: tuple[TrainConfig, Path | None]) -> dict[str, Any]:
+    """Train one run with one thread; with a path, also write the trained weights there (see :func:`weights_path`)."""
+    run, weights = job
+    with tempfile.TemporaryDirectory() as folder, _one_thread():
+        results = summarise(train(replace(run, out_dir=folder if weights else None, progress=False)))
+        if weights is not None:
+            state = torch.load(Path(folder) / "checkpoint.pt", weights_only=True)
+            weights.parent.mkdir(parents=True, exist_ok=True)
+            tmp = weights.with_suffix(".pt.tmp")
+            torch.save({key: state[key] for key in ("model", "config", "run")}, tmp)
+            tmp.replace(weights)
+    return results
 
 
-def train_many(runs: list[TrainConfig], jobs: int = 1) -> Iterator[dict[str, Any]]:
-    """Train runs (one process per job, one thread each) and yield their summaries in order."""
+def train_many(runs: list[TrainConfig], jobs: int = 1, weights: list[Path | None] | None = None
+               ) -> Iterator[dict[str, Any]]:
+    """Train runs (one process per job, one thread each) and yield their summaries in order; ``weights`` gives,
+    per run, where to write its trained weights (None: nowhere)."""
     _checks.number("jobs", jobs, integer=True, positive=True)
+    job_list = list(zip(runs, weights or [None] * len(runs)))
     if jobs == 1 or len(runs) < 2:
-        for run in runs:
-            yield _train_quietly(run)
+        for job in job_list:
+            yield _train_quietly(job)
         return
     with multiprocessing.get_context("spawn").Pool(min(jobs, len(runs))) as pool:
-        yield from pool.imap(_train_quietly, runs, chunksize=1)
+        yield from pool.imap(_train_quietly, job_list, chunksize=1)
+
+
+def weights_path(grid: str, label: str) -> Path:
+    """Where the shipped weights of a recorded run live: ``records/weights/<grid>/<label>.pt``, with the label's
+    slashes as ``__`` (``"RoPE/0"`` → ``RoPE__0.pt``)."""
+    return RECORDS / "weights" / grid / (label.replace("/", "__").replace(" ", "_") + ".pt")
+
+
+def load_weights(grid: str, label: str, runs: dict[str, TrainConfig] | None = None,
+                 device: torch.device | str = "cpu"):
+    """The shipped trained model of a recorded run (in eval mode) and its run config, loaded weights-only.
+
+    With ``runs`` (the grid's current runs), the weights must have been trained for the run's current
+    configuration; otherwise a stale file would be probed as if it were the recorded run."""
+    _checks.choice("grid", grid, sorted(GRIDS))
+    if label not in GRID_WEIGHTS.get(grid, ()):
+        raise ValueError(f"label {label!r} of grid {grid!r} ships no weights; those that do: "
+                         f"{sorted(GRID_WEIGHTS.get(grid, ()))}")
+    path = weights_path(grid, label)
+    if not path.exists():
+        raise ValueError(f"no weights at {path}; run `python -m posbook.experiments sweep {grid} --retrain` to write them")
+    model, run = load_model(path, device)
+    if runs is not None and run_id(run) != run_id(runs[label]):
+        raise ValueError(f"the weights at {path} were trained for another configuration of {label!r}; "
+                         f"run `python -m posbook.experiments sweep {grid}` to retrain it")
+    return model.eval(), run
 
 
 def record_path(grid: str) -> Path:
@@ -98,7 +141,9 @@ def load_record(grid: str) -> dict[str, dict[str, Any]]:
 def stale_labels(grid: str, runs: dict[str, TrainConfig]) -> list[str]:
     """Labels of the grid whose record is missing or was made for another configuration."""
     record = load_record(grid)
-    return [label for label, run in runs.items() if record.get(label, {}).get("id") != run_id(run)]
+    shipped = GRID_WEIGHTS.get(grid, set())
+    return [label for label, run in runs.items() if record.get(label, {}).get("id") != run_id(run)
+            or (label in shipped and not weights_path(grid, label).exists())]
 
 
 def run_grid(grid: str, runs: dict[str, TrainConfig], *, retrain: bool = False, jobs: int = 1,
@@ -114,7 +159,9 @@ def run_grid(grid: str, runs: dict[str, TrainConfig], *, retrain: bool = False, 
         raise ValueError(f"runs must be a non-empty dict of label -> TrainConfig, got {type(runs).__name__}")
     record = load_record(grid)
     todo = list(runs) if retrain else stale_labels(grid, runs)
-    for label, summary in zip(todo, train_many([runs[label] for label in todo], jobs=jobs)):
+    shipped = GRID_WEIGHTS.get(grid, set())
+    weights = [weights_path(grid, label) if save and label in shipped else None for label in todo]
+    for label, summary in zip(todo, train_many([runs[label] for label in todo], jobs=jobs, weights=weights)):
         record[label] = {"id": run_id(runs[label]), **summary}
         if save:        # after every run, so that an interrupted sweep keeps what it has done
             _write_record(grid, record, order=list(runs))
@@ -286,8 +333,50 @@ def long_context() -> dict[str, TrainConfig]:
             for name, model in PROBE_VARIANTS.items() for seed in SEEDS}
 
 
+# Chapter "Train short, test long": byte models trained at T = 64 and read to 16T. 800 steps of 32 windows (one
+# thread, about 4 minutes a run with the evaluation) take RoPE to about 2 bits per byte at T, far below the
+# 4.5-bit unigram rate, where what happens past T is already visible. Local windows are T/4, the fraction of
+# chapter 16's nanochat windows.
+EXTRAPOLATION_T = 64
+EXTRAPOLATION_WINDOW = EXTRAPOLATION_T // 4
+EXTRAPOLATION_SCHEMES: dict[str, dict[str, Any]] = {
+    "APE-sinusoidal": dict(pattern="N", absolute_positions="sinusoidal"),
+    "APE-learned": dict(pattern="N", absolute_positions="learned"),
+    "RoPE": dict(pattern="R"),
+    "NoPE": dict(pattern="N"),
+    "T5": dict(pattern="T"),
+    "ALiBi": dict(pattern="A"),
+    "p-RoPE": dict(pattern="P"),
+    "partial-RoPE": dict(pattern="H"),
+    "iRoPE": dict(pattern="SSSN", window=EXTRAPOLATION_WINDOW),
+    "RoPE-window": dict(pattern="S", window=EXTRAPOLATION_WINDOW),
+}
+
+
+def extrapolation_run(model: dict[str, Any], seed: int) -> TrainConfig:
+    """One run of the extrapolation grid: the shared training and evaluation protocol with a model's fields."""
+    t = EXTRAPOLATION_T
+    return TrainConfig(task="text", preset="cpu", model=dict(model), seed=seed, seq_len=t, batch_size=32,
+                       steps=800, warmup=40, eval_every=800, eval_batches=8, corpus_bytes=6_000_000,
+                       eval_seq_lens=[t, 2 * t, 4 * t, 8 * t, 16 * t], eval_position_bin=t // 4, eval_stride=t // 2)
+
+
+def extrapolation() -> dict[str, TrainConfig]:
+    """Train short, test long: ten position schemes × three seeds, trained at T = 64 bytes, read to 16T = 1,024 by
+    both evaluation protocols (labels like ``"RoPE/0"``)."""
+    return {f"{scheme}/{seed}": extrapolation_run(model, seed)
+            for scheme, model in EXTRAPOLATION_SCHEMES.items() for seed in SEEDS}
+
+
 GRIDS: dict[str, Callable[[], dict[str, TrainConfig]]] = {
+    "extrapolation": extrapolation,
     "length_generalisation": length_generalisation,
     "position_comparison": position_comparison,
     "long_context": long_context,
+}
+
+# The recorded runs whose trained weights ship with posbook, for the pages that probe or stretch trained models
+# (about 3.3 MB each).
+GRID_WEIGHTS: dict[str, set[str]] = {
+    "extrapolation": {"RoPE/0", "RoPE/1", "RoPE/2", "APE-learned/0", "ALiBi/0", "NoPE/0"},
 }

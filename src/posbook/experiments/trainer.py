@@ -81,6 +81,8 @@ class TrainConfig:
     batch_size: int | None = None                  # global batch, in sequences
     seq_len: int | None = None                     # text task only
     eval_seq_lens: list[int] | None = None         # text task: lengths to report bits per byte at (default T, 2T, 4T)
+    eval_position_bin: int | None = None           # text: also bits per byte by position, in bins of this many
+    eval_stride: int | None = None                 # text: also the sliding-window protocol with this stride
     train_max_size: int | None = None              # algorithmic tasks: problem sizes 1..L during training
     curriculum_steps: int | None = None            # algorithmic tasks: the largest size grows 1 → L over these steps
     eval_sizes: list[int] | None = None            # algorithmic tasks: sizes to report (default 1..2L, 3L, 4L)
@@ -96,6 +98,7 @@ class TrainConfig:
     out_dir: str | None = None
     resume: bool = False
     progress: bool | None = None                   # tqdm bar; None: only when stderr is a terminal
+    stop_after: int | None = None                  # stop after this many steps of the ``steps``-step schedule
 
     def resolved(self) -> "TrainConfig":
         """A copy with the preset's values filled in and every field checked."""
@@ -132,6 +135,12 @@ class TrainConfig:
             out.eval_seq_lens = [out.seq_len, 2 * out.seq_len, 4 * out.seq_len]
         for length in out.eval_seq_lens:
             _checks.number("eval_seq_lens entry", length, integer=True, positive=True)
+        for name in ("eval_position_bin", "eval_stride", "stop_after"):
+            if getattr(out, name) is not None:
+                _checks.number(name, getattr(out, name), integer=True, positive=True)
+        if out.eval_stride is not None and out.eval_stride > min(out.eval_seq_lens):
+            raise ValueError(f"eval_stride={out.eval_stride} must be at most the shortest eval_seq_lens entry "
+                             f"({min(out.eval_seq_lens)}): a window scores its last eval_stride bytes")
         if out.resume and not out.out_dir:
             raise ValueError("resume=True needs out_dir (where the checkpoint is), got None")
         return out
@@ -190,7 +199,9 @@ def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, devic
     model.eval()
     gen = torch.Generator().manual_seed(run.seed * 1_000_003 + 999_999_937)
     out: dict[str, Any] = {}
-    if run.task == "text":
+    if run.task == "text" and run.eval_position_bin is not None:
+        out.update(_text_by_position(model, run, data.val, device))
+    elif run.task == "text":
         by_length = {}
         for length in dict.fromkeys([run.seq_len, *run.eval_seq_lens]):
             losses = []
@@ -205,6 +216,12 @@ def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, devic
         # positions 1..T' (the extrapolation curve by position is analysis's business).
         out["val_bpb_by_len"] = {str(length): corpus_lib.bits_per_byte(loss) for length, loss in by_length.items()
                                  if length in run.eval_seq_lens}
+    if run.task == "text" and run.eval_stride is not None:
+        out["val_bpb_sliding_by_len"] = {
+            str(length): sliding_window_bpb(model, data.val, length, run.eval_stride,
+                                            windows=run.eval_batches * run.batch_size,
+                                            first_target=max(run.eval_seq_lens), device=device)
+            for length in run.eval_seq_lens}
     else:
         accuracy = {}
         for size in run.eval_sizes:
@@ -215,6 +232,69 @@ def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, devic
             accuracy[str(size)] = sum(hits) / len(hits)
         out["accuracy_by_size"] = accuracy
     model.train()
+    return out
+
+
+def position_losses(model: GPT, val: torch.Tensor, length: int, windows: int, device: torch.device,
+                    rows_per_forward: int = 16) -> torch.Tensor:
+    """Next-byte loss (nats) at every position 0..length-1 of the first ``windows`` non-overlapping windows of
+    ``val``: [windows, length]. The model is causal, so position t of a window of ``length`` is scored exactly as in
+    a window of any length > t starting at the same byte: the mean over positions < L of these rows is the
+    non-overlapping protocol at length L."""
+    _checks.number("length", length, integer=True, positive=True)
+    _checks.number("windows", windows, integer=True, positive=True)
+    available = (val.numel() - 1) // length
+    if windows > available:
+        raise ValueError(f"windows={windows} non-overlapping windows of {length} bytes need "
+                         f"{windows * length + 1} bytes of validation text; it holds {val.numel()}")
+    rows = []
+    for start in range(0, windows, rows_per_forward):
+        count = min(rows_per_forward, windows - start)
+        chunk = val[start * length: (start + count) * length + 1].long()
+        x = chunk[:-1].view(count, length)
+        y = chunk[1:].view(count, length)
+        logits = model(x.to(device))
+        rows.append(F.cross_entropy(logits.transpose(1, 2), y.to(device), reduction="none").cpu())
+    return torch.cat(rows)
+
+
+def sliding_window_bpb(model: GPT, val: torch.Tensor, length: int, stride: int, *, windows: int,
+                       first_target: int, device: torch.device, rows_per_forward: int = 16) -> float:
+    """Bits per byte under the sliding-window protocol: windows of ``length`` bytes, ``stride`` apart, each scoring
+    only its last ``stride`` bytes, so every scored byte sees between length - stride and length - 1 bytes before
+    it. The scored bytes start at ``first_target`` (at least ``length``) and are the same for every length, so
+    lengths differ only in how much context each byte gets."""
+    _checks.number("length", length, integer=True, positive=True)
+    _checks.number("stride", stride, integer=True, positive=True)
+    if stride > length:
+        raise ValueError(f"stride={stride} must be at most length={length}")
+    if first_target < length:
+        raise ValueError(f"first_target={first_target} must be at least length={length}")
+    end = first_target + windows * stride
+    if end >= val.numel():
+        raise ValueError(f"{windows} windows of stride {stride} from byte {first_target} need {end + 1} bytes of "
+                         f"validation text; it holds {val.numel()}")
+    total, count = 0.0, 0
+    starts = [first_target + j * stride - length for j in range(windows)]
+    for i in range(0, windows, rows_per_forward):
+        batch = torch.stack([val[s: s + length + 1] for s in starts[i:i + rows_per_forward]]).long()
+        logits = model(batch[:, :-1].to(device))[:, -stride:]
+        loss = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:][:, -stride:].to(device), reduction="sum")
+        total, count = total + loss.item(), count + stride * batch.shape[0]
+    return corpus_lib.bits_per_byte(total / count)
+
+
+def _text_by_position(model: GPT, run: TrainConfig, val: torch.Tensor, device: torch.device) -> dict[str, Any]:
+    """The non-overlapping protocol from one set of windows of the longest eval length: loss by position (binned)
+    and its prefix means at every eval length."""
+    longest = max(run.eval_seq_lens)
+    losses = position_losses(model, val, longest, run.eval_batches * run.batch_size, device).mean(0)
+    bits = losses / math.log(2)
+    width = run.eval_position_bin
+    out = {"val_loss": losses[:run.seq_len].mean().item()}
+    out["val_bpb"] = corpus_lib.bits_per_byte(out["val_loss"])
+    out["val_bpb_by_len"] = {str(length): bits[:length].mean().item() for length in run.eval_seq_lens}
+    out["val_bpb_by_position"] = [bits[i:i + width].mean().item() for i in range(0, longest, width)]
     return out
 
 
@@ -285,7 +365,8 @@ def train(run: TrainConfig) -> dict[str, Any]:
 
     tokens_per_step = run.batch_size * (run.seq_len if run.task == "text" else 0)
     t_start, tokens_seen, train_time = time.time(), 0, 0.0
-    for step in range(start, run.steps):
+    last_step = run.steps if run.stop_after is None else min(run.steps, run.stop_after)
+    for step in range(start, last_step):
         t0 = time.perf_counter()
         x, y = _batch(run, data, step)
         count = int((y != tasks_lib.IGNORE).sum())
@@ -311,7 +392,7 @@ def train(run: TrainConfig) -> dict[str, Any]:
         tokens_seen += step_tokens
         record: dict[str, Any] = {"step": step + 1, "train_loss": loss_value, "lr": learning_rate(run, step),
                                   "tokens_per_s": step_tokens / dt}
-        last = step + 1 == run.steps
+        last = step + 1 == last_step
         if (step + 1) % run.eval_every == 0 or last:
             record.update(evaluate(model, run, data, device))
         history.append(record)
