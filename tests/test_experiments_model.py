@@ -184,3 +184,70 @@ def test_a_new_layer_kind_is_one_entry_of_the_table(monkeypatch):
     idx = torch.randint(0, 256, (2, 12))
     model(idx).logsumexp(-1).mean().backward()
     assert model.blocks[0].attn.q_proj.weight.grad is not None
+
+
+def _rope_dict(scaling=None, **extra):
+    return {"rope_theta": 10_000.0, "head_dim": 8, **extra, **({"rope_scaling": scaling} if scaling else {})}
+
+
+def test_a_layers_own_rope_dict_given_explicitly_changes_nothing():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pattern="RN", **TINY)).double()
+    idx = torch.randint(0, 256, (2, 40))
+    same = model.with_rope(_rope_dict()).double()
+    assert torch.equal(same(idx), model(idx))
+    assert same.config.layer_ropes() == [_rope_dict(), None]
+
+
+def test_position_interpolation_reads_position_m_as_m_over_the_factor():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pattern="R", **TINY)).double()
+    stretched = model.with_rope(_rope_dict({"rope_type": "linear", "factor": 2.0})).double()
+    # Its tables at position 2m are the unscaled tables at position m.
+    layer, plain = stretched.blocks[0].attn, model.blocks[0].attn
+    torch.testing.assert_close(layer.cos[0:48:2], plain.cos[:24], rtol=0, atol=1e-6)
+    idx = torch.randint(0, 256, (1, 40))
+    assert not torch.allclose(stretched(idx), model(idx))
+
+
+def test_per_layer_rope_dicts_and_dynamic_ntk():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pattern="RR", **TINY)).double()
+    dynamic = _rope_dict({"rope_type": "dynamic", "factor": 4.0}, max_position_embeddings=16)
+    # Only the second layer is stretched; dynamic NTK leaves sequences up to max_position_embeddings unchanged.
+    stretched = model.with_rope([None, dynamic]).double()
+    short, long = torch.randint(0, 256, (1, 16)), torch.randint(0, 256, (1, 40))
+    assert torch.equal(stretched(short), model(short))
+    assert not torch.allclose(stretched(long), model(long))
+    # At 40 tokens its spectrum is the NTK base change for the scale 4·40/16 − 3 = 7.
+    ntk = model.with_rope([None, _rope_dict({"rope_type": "ntk", "factor": 7.0})]).double()
+    torch.testing.assert_close(stretched(long), ntk(long), rtol=0, atol=1e-6)
+
+
+def test_bad_rope_overrides_are_named():
+    with pytest.raises(ValueError, match=r"rope\[1\] is given for layer 1, code 'N'"):
+        GPTConfig(pattern="RN", **TINY, rope=[None, _rope_dict()])
+    with pytest.raises(ValueError, match="a list of n_layer=2 entries"):
+        GPTConfig(pattern="RN", **TINY, rope=[None])
+    with pytest.raises(ValueError, match="head_dim=16; this model's head_dim is 8"):
+        GPTConfig(pattern="RN", **TINY, rope={"rope_theta": 1e4, "head_dim": 16})
+    with pytest.raises(ValueError, match="needs 'factor'"):
+        GPTConfig(pattern="RN", **TINY, rope=_rope_dict({"rope_type": "linear"}))
+    with pytest.raises(TypeError, match="rope must be a dict, a list of per-layer dicts or None"):
+        GPTConfig(pattern="RN", **TINY, rope="yarn")
+
+
+def test_a_checkpoint_reloads_with_another_rope(tmp_path):
+    from posbook.experiments.trainer import load_model
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pattern="RN", **TINY))
+    path = tmp_path / "weights.pt"
+    torch.save({"model": model.state_dict(), "config": model.config.to_dict(),
+                "run": {"task": "text", "seed": 0}}, path)
+    yarn = _rope_dict({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 12})
+    loaded, run = load_model(path, rope=yarn)
+    idx = torch.randint(0, 256, (1, 40))
+    assert torch.equal(loaded(idx), model.with_rope(yarn)(idx))
+    assert run.task == "text" and loaded.config.rope == yarn
+    as_trained, _ = load_model(path)
+    assert torch.equal(as_trained(idx), model(idx))

@@ -7,9 +7,10 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 
 from posbook.experiments import TrainConfig, sweep, train
-from posbook.experiments.trainer import largest_train_size
+from posbook.experiments.trainer import evaluate, largest_train_size
 
 TINY = dict(n_layer=2, n_embd=32, n_head=4, pattern="RN")
 
@@ -125,3 +126,62 @@ def test_in_training_range_separates_what_a_run_trained_on():
     assert not sweep.in_training_range(copy, "accuracy_by_size/5")
     text = TrainConfig(task="text", preset="cpu", seq_len=64)
     assert sweep.in_training_range(text, "val_bpb_by_len/64") and not sweep.in_training_range(text, "val_bpb_by_len/128")
+
+
+def test_show_prints_a_recorded_grid_as_a_table_and_as_json(capsys):
+    from posbook.experiments.__main__ import main
+    record = sweep.load_record("long_context")
+    assert main(["show", "long_context", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {label: entry["final"] for label, entry in record.items()}
+    assert main(["show", "long_context"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["label", "train_loss", "accuracy_by_size/4"]
+    assert [line.split("  ")[0].strip() for line in lines[1:]] == list(record)
+    assert float(lines[1].split()[-1]) == pytest.approx(record["RoPE/0"]["final"]["accuracy_by_size"]["64"], abs=5e-5)
+
+
+def test_shipped_weights_and_a_retrained_prefix_match_the_record(tiny_grid, tmp_path, monkeypatch):
+    runs = {"copy/RoPE": tiny(steps=12, eval_every=12), "copy/NoPE": tiny(model=dict(TINY, pattern="N"))}
+    monkeypatch.setitem(sweep.GRIDS, "tiny", lambda: runs)
+    monkeypatch.setitem(sweep.GRID_WEIGHTS, "tiny", {"copy/RoPE"})
+    assert sweep.stale_labels("tiny", runs) == ["copy/RoPE", "copy/NoPE"]
+    recorded = sweep.run_grid("tiny", runs, save=True)
+    assert sweep.weights_path("tiny", "copy/RoPE") == tmp_path / "weights" / "tiny" / "copy__RoPE.pt"
+    model, run = sweep.load_weights("tiny", "copy/RoPE", runs)
+    assert not model.training and sweep.run_id(run) == sweep.run_id(runs["copy/RoPE"])
+    # The shipped weights are the recorded model: evaluated again, they give its recorded accuracy.
+    assert evaluate(model, run.resolved(), None, torch.device("cpu"))["accuracy_by_size"] == \
+        recorded["copy/RoPE"]["final"]["accuracy_by_size"]
+    with pytest.raises(ValueError, match="ships no weights"):
+        sweep.load_weights("tiny", "copy/NoPE")
+    with pytest.raises(ValueError, match="trained for another configuration"):
+        sweep.load_weights("tiny", "copy/RoPE", {"copy/RoPE": replace(runs["copy/RoPE"], seed=3)})
+    # The first 10 of 12 steps, on the 12-step schedule, are the recorded run's first 10 steps.
+    prefix = sweep.reproduce_prefix("tiny", runs, "copy/RoPE", steps=10)
+    assert prefix["identical"] and prefix["abs_diff"] == 0.0
+    with pytest.raises(ValueError, match="steps=13 is not a step the record"):
+        sweep.reproduce_prefix("tiny", runs, "copy/RoPE", steps=13)
+    sweep.weights_path("tiny", "copy/RoPE").unlink()
+    assert sweep.stale_labels("tiny", runs) == ["copy/RoPE"]       # a lost weights file is retrained
+
+
+def test_a_run_can_start_from_shipped_weights_and_only_evaluate(tmp_path, monkeypatch):
+    text = dict(task="text", preset="cpu", model=dict(TINY, pattern="R"), steps=6, batch_size=4, seq_len=16,
+                warmup=1, eval_every=6, eval_batches=1, corpus_bytes=2_000_000, eval_seq_lens=[16, 32, 64],
+                eval_position_bin=8, eval_stride=8)
+    source = {"RoPE/0": TrainConfig(**text)}
+    monkeypatch.setattr(sweep, "RECORDS", tmp_path)
+    monkeypatch.setitem(sweep.GRIDS, "tiny", lambda: source)
+    monkeypatch.setitem(sweep.GRID_WEIGHTS, "tiny", {"RoPE/0"})
+    recorded = sweep.run_grid("tiny", source, save=True)["RoPE/0"]["final"]
+    again = TrainConfig(**{**text, "steps": 0, "warmup": 0, "init_from": "tiny:RoPE/0"})
+    final = train(again)["final"]
+    # No step taken, the same weights and the same evaluation windows: the recorded numbers.
+    assert final == {k: v for k, v in recorded.items() if k != "train_loss"}
+    assert sweep.run_id(again) != sweep.run_id(replace(again, init_from=None, steps=1))
+    with pytest.raises(ValueError, match="init_from must be 'grid:label'"):
+        replace(again, init_from="RoPE/0").resolved()
+    with pytest.raises(ValueError, match="steps"):
+        replace(again, init_from=None).resolved()            # zero steps only for a run that starts trained
+    with pytest.raises(ValueError, match="init_from label 'RoPE/9' is not a run of grid 'tiny'"):
+        sweep.run_id(replace(again, init_from="tiny:RoPE/9"))

@@ -1,4 +1,4 @@
-"""Command line: ``python -m posbook.experiments {train,evaluate,sweep,presets,patterns}``.
+"""Command line: ``python -m posbook.experiments {train,evaluate,sweep,show,presets,patterns}``.
 
 Under torchrun (``torchrun --nproc_per_node=N -m posbook.experiments train ...``) every process runs this same
 command and training uses DistributedDataParallel.
@@ -11,7 +11,7 @@ import json
 import sys
 
 from .model import ABSOLUTE_POSITIONS, LAYER_CODES, LOGIT_SCALINGS, QK_NORM_MODES
-from .sweep import GRIDS, record_path, run_grid, stale_labels
+from .sweep import GRIDS, flat_metrics, load_record, record_path, run_grid, stale_labels
 from .trainer import PRESETS, TASK_NAMES, TrainConfig, evaluate, load_model, train
 
 
@@ -67,6 +67,10 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--retrain", action="store_true", help="train every run again, not only missing or stale ones")
     w.add_argument("--list", action="store_true", help="print the grid's labels and whether each is recorded")
 
+    s = sub.add_parser("show", help="a recorded grid's final metrics per run label")
+    s.add_argument("grid", choices=sorted(GRIDS))
+    s.add_argument("--json", action="store_true", help="print {label: final metrics} as JSON instead of a table")
+
     sub.add_parser("presets", help="list the presets and their settings")
     sub.add_parser("patterns", help="list the layer codes a pattern is made of")
     return p
@@ -76,6 +80,24 @@ MODEL_FLAGS = {"pattern": "pattern", "absolute_positions": "absolute_positions",
                "logit_scaling": "logit_scaling", "window": "window", "chunk_size": "chunk_size",
                "rope_theta": "rope_theta", "rope_fraction": "rope_fraction", "softcap": "softcap",
                "n_layer": "n_layer", "n_embd": "n_embd", "n_head": "n_head", "n_kv_head": "n_kv_head"}
+
+
+def show(grid: str, as_json: bool = False) -> int:
+    """Print a recorded grid's final metrics per label: JSON ``{label: final}``, or a table of the scalar ones."""
+    record = load_record(grid)
+    if not record:
+        raise ValueError(f"grid {grid!r} has no record yet; run `python -m posbook.experiments sweep {grid}`")
+    if as_json:
+        print(json.dumps({label: entry["final"] for label, entry in record.items()}, indent=1))
+        return 0
+    rows = {label: flat_metrics(entry["final"]) for label, entry in record.items()}
+    columns = list(dict.fromkeys(key for metrics in rows.values() for key in metrics))
+    width = max(len(label) for label in rows)
+    print(f"{'label':<{width}}  " + "  ".join(f"{c:>{max(8, len(c))}}" for c in columns))
+    for label, metrics in rows.items():
+        cells = [f"{metrics[c]:>{max(8, len(c))}.4f}" if c in metrics else " " * max(8, len(c)) for c in columns]
+        print(f"{label:<{width}}  " + "  ".join(cells))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         print("A pattern repeats to n_layer: 'SSSN' over 8 layers is SSSNSSSN.")
         return 0
     try:
+        if args.command == "show":
+            return show(args.grid, as_json=args.json)
         if args.command == "sweep":
             runs = GRIDS[args.grid]()
             stale = set(stale_labels(args.grid, runs))

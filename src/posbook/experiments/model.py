@@ -43,7 +43,7 @@ from ..logit_scales import LOGIT_SCALES
 from ..masks import attention_mask
 from ..norms import RMSNorm
 from ..rope import _apply_rope_reference, rope_cos_sin
-from ..scaling import rope_parameters
+from ..scaling import rope_parameters, rope_spec
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,9 @@ class GPTConfig:
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
     diff_head_norm: bool = True          # for D: the per-head RMSNorm of differential attention (False: the ablation)
+    # Per layer, the rope config dict (the form posbook.rope_parameters reads) that replaces the layer kind's own,
+    # or None to keep it; one dict instead of a list: every rotating layer. Context extension sets it.
+    rope: dict | list | None = None
     layer_codes: list[str] = field(init=False)
 
     def __post_init__(self):
@@ -190,10 +193,40 @@ class GPTConfig:
         _checks.number("attn_temperature", self.attn_temperature, positive=True)
         _checks.number("constant_logit_scale", self.constant_logit_scale, positive=True)
         self.layer_codes = [self.pattern[i % len(self.pattern)] for i in range(self.n_layer)]
+        self.layer_ropes()     # checks the rope field
 
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+    def layer_ropes(self) -> list[dict | None]:
+        """Per layer, the rope config dict it rotates q and k with (None: it does not rotate)."""
+        rotating = [LAYER_CODES[code].rope is not None for code in self.layer_codes]
+        if self.rope is None or isinstance(self.rope, dict):
+            overrides = [self.rope if turns else None for turns in rotating]
+        elif isinstance(self.rope, list):
+            if len(self.rope) != self.n_layer:
+                raise ValueError(f"rope must be a dict, None, or a list of n_layer={self.n_layer} entries (dict or "
+                                 f"None), got a list of {len(self.rope)}")
+            overrides = list(self.rope)
+        else:
+            raise TypeError(f"rope must be a dict, a list of per-layer dicts or None, got {type(self.rope).__name__}")
+        out = []
+        for layer, (code, turns, override) in enumerate(zip(self.layer_codes, rotating, overrides)):
+            if override is None:
+                out.append(LAYER_CODES[code].rope(self) if turns else None)
+                continue
+            if not isinstance(override, dict):
+                raise TypeError(f"rope[{layer}] must be a dict or None, got {type(override).__name__} {override!r}")
+            if not turns:
+                raise ValueError(f"rope[{layer}] is given for layer {layer}, code {code!r} "
+                                 f"({LAYER_CODES[code].summary}), which does not rotate q and k")
+            head_dim = rope_spec(override).head_dim
+            if head_dim != self.head_dim:
+                raise ValueError(f"rope[{layer}] is for head_dim={head_dim}; this model's head_dim is {self.head_dim}")
+            rope_parameters(override)     # every other check of the dict, here rather than at the first forward
+            out.append(override)
+        return out
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -210,9 +243,13 @@ def sinusoidal_positions(n_positions: int, dim: int) -> torch.Tensor:
     return table.float()
 
 
-def _rope_tables(config: GPTConfig, rope: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq, attention_factor = rope_parameters(rope)
-    return rope_cos_sin(torch.arange(config.max_seq_len), inv_freq, attention_factor=attention_factor)
+def _rope_tables(rope: dict, length: int, seq_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq, attention_factor = rope_parameters(rope, seq_len)
+    return rope_cos_sin(torch.arange(length), inv_freq, attention_factor=attention_factor)
+
+
+def _is_dynamic(rope: dict) -> bool:
+    return rope_spec(rope).rope_type == "dynamic"
 
 
 class Attention(nn.Module):
@@ -222,7 +259,7 @@ class Attention(nn.Module):
     (:func:`posbook.core.attend`, :func:`posbook.local.local_attend`) and reads no tensor values on the host.
     """
 
-    def __init__(self, config: GPTConfig, code: str):
+    def __init__(self, config: GPTConfig, code: str, rope: dict | None):
         super().__init__()
         self.code, self.config, kind = code, config, LAYER_CODES[code]
         h, kv, d = config.n_head, config.n_kv_head or config.n_head, config.head_dim
@@ -235,8 +272,10 @@ class Attention(nn.Module):
         self.qk_norm = config.qk_norm == "all" or (config.qk_norm == "rope" and self.rotary)
         if self.qk_norm:
             self.q_norm, self.k_norm = RMSNorm(d), RMSNorm(d)
-        if self.rotary:
-            cos, sin = _rope_tables(config, kind.rope(config))
+        # Dynamic NTK's spectrum depends on the length of the sequence in hand: its tables are made per forward.
+        self.dynamic_rope = rope if self.rotary and _is_dynamic(rope) else None
+        if self.rotary and self.dynamic_rope is None:
+            cos, sin = _rope_tables(rope, config.max_seq_len)
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
         self.bias = None if kind.bias is None else kind.bias(config)
@@ -266,7 +305,8 @@ class Attention(nn.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
-            cos, sin = self.cos[:t], self.sin[:t]
+            cos, sin = (self.cos[:t], self.sin[:t]) if self.dynamic_rope is None else (
+                t_.to(x.device) for t_ in _rope_tables(self.dynamic_rope, t, seq_len=t))
             q, k = _apply_rope_reference(q, cos, sin, "half"), _apply_rope_reference(k, cos, sin, "half")
         if config.attn_temperature != 1.0:
             # Dividing q divides every logit q·k (and every ALiBi/T5 bias is added after, unscaled, as in attention()).
@@ -297,10 +337,12 @@ class Attention(nn.Module):
 class DifferentialLayer(nn.Module):
     """Layer code D: :class:`posbook.diff_attention.DiffAttention` with n_head/2 differential heads, rotated by RoPE."""
 
-    def __init__(self, config: GPTConfig, layer: int):
+    def __init__(self, config: GPTConfig, layer: int, rope: dict):
         super().__init__()
+        if _is_dynamic(rope):
+            raise ValueError("layer code D (differential attention) takes no dynamic rope type in this model")
         self.attn = DiffAttention(config.n_embd, config.n_head // 2, layer=layer, head_norm=config.diff_head_norm)
-        cos, sin = _rope_tables(config, LAYER_CODES["D"].rope(config))
+        cos, sin = _rope_tables(rope, config.max_seq_len)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         self.recorder: list | None = None
@@ -332,11 +374,11 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, config: GPTConfig, code: str, layer: int):
+    def __init__(self, config: GPTConfig, code: str, layer: int, rope: dict | None):
         super().__init__()
         self.attn_norm, self.mlp_norm = RMSNorm(config.n_embd), RMSNorm(config.n_embd)
         differential = LAYER_CODES[code].differential
-        self.attn = DifferentialLayer(config, layer) if differential else Attention(config, code)
+        self.attn = DifferentialLayer(config, layer, rope) if differential else Attention(config, code, rope)
         self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -356,7 +398,8 @@ class GPT(nn.Module):
         elif config.absolute_positions == "sinusoidal":
             self.register_buffer("positions_table", sinusoidal_positions(config.max_seq_len, config.n_embd),
                                  persistent=False)
-        self.blocks = nn.ModuleList(Block(config, code, i + 1) for i, code in enumerate(config.layer_codes))
+        self.blocks = nn.ModuleList(Block(config, code, i + 1, rope)
+                                    for i, (code, rope) in enumerate(zip(config.layer_codes, config.layer_ropes())))
         self.norm = RMSNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_embeddings:
@@ -402,6 +445,14 @@ class GPT(nn.Module):
         finally:
             for block in self.blocks:
                 block.attn.recorder = None
+
+    def with_rope(self, rope: dict | list | None) -> "GPT":
+        """The same trained weights under other rope configs (a :attr:`GPTConfig.rope` value): a new model, for
+        context extension at evaluation time. The rotary tables are not weights, so every weight carries over."""
+        config = GPTConfig(**{**self.config.to_dict(), "rope": rope})
+        model = GPT(config).to(self.embed.weight.device)
+        model.load_state_dict(self.state_dict())
+        return model.train(self.training)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

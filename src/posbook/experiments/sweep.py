@@ -24,6 +24,7 @@ import hashlib
 import json
 import multiprocessing
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -47,6 +48,13 @@ def run_id(run: TrainConfig) -> str:
         values.pop(name)
     # Options added after a grid was recorded default to None and leave the ids of the runs that do not use them.
     values = {name: value for name, value in values.items() if value is not None}
+    if "init_from" in values:       # the weights a run starts from are part of what it computes
+        grid, _, label = values["init_from"].partition(":")
+        _checks.choice("init_from grid", grid, sorted(GRIDS))
+        source = GRIDS[grid]()
+        if label not in source:
+            raise ValueError(f"init_from label {label!r} is not a run of grid {grid!r}; known: {sorted(source)}")
+        values["init_from_id"] = run_id(source[label])
     text = json.dumps(values, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -212,6 +220,33 @@ def reproduce(grid: str, runs: dict[str, TrainConfig], labels: list[str]) -> dic
     return out
 
 
+def reproduce_prefix(grid: str, runs: dict[str, TrainConfig], label: str, steps: int) -> dict[str, Any]:
+    """Retrain the first ``steps`` steps of a recorded run, on its own schedule, and compare the training loss at
+    that step with the record's.
+
+    Every batch and learning rate is a function of (seed, step) and the run's configuration, so a prefix of a run is
+    the start of that very run: on the CPU that wrote the record the loss is bit-identical, on another it differs by
+    rounding only (a few hundred steps later the models part ways, as two seeds do). Returns ``recorded``,
+    ``fresh`` (training loss at ``steps``), ``abs_diff``, ``identical`` and the ``seconds`` it took.
+    """
+    record = load_record(grid)
+    if label not in runs:
+        raise ValueError(f"label {label!r} is not a run of the grid; known: {sorted(runs)}")
+    if record.get(label, {}).get("id") != run_id(runs[label]):
+        raise ValueError(f"run {label!r} has no record for its current configuration; run "
+                         f"`python -m posbook.experiments sweep {grid}` first")
+    kept = {h["step"]: h for h in record[label]["history"]}
+    if steps not in kept:
+        raise ValueError(f"steps={steps} is not a step the record of {label!r} kept; kept steps include "
+                         f"{sorted(kept)[:8]}...")
+    start = time.perf_counter()
+    with _one_thread():
+        fresh = train(replace(runs[label], out_dir=None, progress=False, stop_after=steps))["history"][-1]
+    recorded = kept[steps]["train_loss"]
+    return {"recorded": recorded, "fresh": fresh["train_loss"], "abs_diff": abs(fresh["train_loss"] - recorded),
+            "identical": fresh["train_loss"] == recorded, "seconds": time.perf_counter() - start}
+
+
 def seed_range(record: dict[str, dict[str, Any]], label: str) -> dict[str, tuple[float, float]]:
     """(min, max) of every final metric over the recorded runs that differ from ``label`` only in the seed, its
     last part (``"copy/ALiBi/0"`` → every ``"copy/ALiBi/<seed>"`` in the record); a label without a seed part
@@ -239,9 +274,11 @@ def in_training_range(run: TrainConfig, metric: str) -> bool:
 
 def flat_metrics(final: dict[str, Any]) -> dict[str, float]:
     """A run's final metrics as one flat dict: nested ones (accuracy per size, bits per byte per length) become
-    ``"accuracy_by_size/8"`` and the like."""
+    ``"accuracy_by_size/8"`` and the like. Curves (lists, such as bits per byte by position) are left out."""
     flat = {}
     for key, value in final.items():
+        if isinstance(value, list):
+            continue
         if isinstance(value, dict):
             flat.update({f"{key}/{k}": float(v) for k, v in value.items()})
         else:
@@ -305,13 +342,13 @@ POSITION_VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def position_comparison() -> dict[str, TrainConfig]:
-    """Chapter 16: the nine variants of seed 002's nanochat table on the byte corpus, cpu preset, three seeds,
+    """Chapter 17: the nine variants of seed 002's nanochat table on the byte corpus, cpu preset, three seeds,
     bits per byte at the training length and at 2× and 4× (labels like ``"iRoPE/0"``)."""
     return {f"{name}/{seed}": TrainConfig(task="text", preset="cpu", model=dict(model), seed=seed)
             for name, model in POSITION_VARIANTS.items() for seed in SEEDS}
 
 
-# Chapter 17's retrieval models: passkey haystacks of up to 16 filler tokens in training, tested to 64. The
+# Chapter 18's retrieval models: passkey haystacks of up to 16 filler tokens in training, tested to 64. The
 # iRoPE variants' local layers see 8 tokens, so a needle deeper than that is reachable only through the global
 # NoPE layer.
 PROBE_WINDOW = 8
@@ -325,7 +362,7 @@ PROBE_VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def long_context() -> dict[str, TrainConfig]:
-    """Chapter 17: passkey retrieval for five schemes × three seeds, trained on haystacks of 1..16 filler tokens
+    """Chapter 18: passkey retrieval for five schemes × three seeds, trained on haystacks of 1..16 filler tokens
     for 600 steps, evaluated to 64 (labels like ``"iRoPE/0"``)."""
     return {f"{name}/{seed}": TrainConfig(task="passkey", preset="cpu", model=dict(model), seed=seed,
                                           train_max_size=16, steps=600, eval_every=600,
@@ -333,10 +370,10 @@ def long_context() -> dict[str, TrainConfig]:
             for name, model in PROBE_VARIANTS.items() for seed in SEEDS}
 
 
-# Chapter "Train short, test long": byte models trained at T = 64 and read to 16T. 800 steps of 32 windows (one
+# Chapter 16, "Train short, test long": byte models trained at T = 64 and read to 16T. 800 steps of 32 windows (one
 # thread, about 4 minutes a run with the evaluation) take RoPE to about 2 bits per byte at T, far below the
 # 4.5-bit unigram rate, where what happens past T is already visible. Local windows are T/4, the fraction of
-# chapter 16's nanochat windows.
+# chapter 17's nanochat windows.
 EXTRAPOLATION_T = 64
 EXTRAPOLATION_WINDOW = EXTRAPOLATION_T // 4
 EXTRAPOLATION_SCHEMES: dict[str, dict[str, Any]] = {
@@ -368,8 +405,44 @@ def extrapolation() -> dict[str, TrainConfig]:
             for scheme, model in EXTRAPOLATION_SCHEMES.items() for seed in SEEDS}
 
 
+# Chapter "Stretching a trained model": the RoPE models of the extrapolation grid, their rotation replaced by each
+# context-extension method at each factor, read without training (finetune_steps 0) and after a short fine-tune
+# at factor × T: 40 steps, 5% of the pre-training steps, at a tenth of its peak learning rate, the same bytes per
+# step (32·T/factor windows of factor·T).
+EXTENSION_FACTORS = (2, 4, 8, 16)
+FINETUNE_STEPS = 40
+FINETUNED_METHODS = ("none", "PI", "NTK", "YaRN")
+FINETUNE_FACTORS = (4, 16)
+
+
+def context_extension() -> dict[str, TrainConfig]:
+    """Labels ``<method>/<factor>/<finetune_steps>/<seed>`` (``"YaRN/4/0/1"``: YaRN at factor 4, no training,
+    seed 1's RoPE model); ``none`` appears with factor 1 untrained, and as the fine-tuning control."""
+    from .extension import EXTENSION_METHODS, extension_rope
+    from .trainer import gpt_config
+    runs = {}
+    for seed in SEEDS:
+        source = extrapolation()[f"RoPE/{seed}"]
+        config = gpt_config(source.resolved())
+        t = EXTRAPOLATION_T
+        for method in EXTENSION_METHODS:
+            for factor in (1,) if method == "none" else EXTENSION_FACTORS:
+                model = dict(source.model, rope=extension_rope(config, method, factor, t))
+                runs[f"{method}/{factor}/0/{seed}"] = replace(source, model=model, steps=0, warmup=0, eval_every=1,
+                                                              init_from=f"extrapolation:RoPE/{seed}")
+        for method in FINETUNED_METHODS:
+            for factor in FINETUNE_FACTORS:
+                model = dict(source.model, rope=extension_rope(config, method, factor, t))
+                runs[f"{method}/{factor}/{FINETUNE_STEPS}/{seed}"] = replace(
+                    source, model=model, init_from=f"extrapolation:RoPE/{seed}", steps=FINETUNE_STEPS, warmup=4,
+                    eval_every=FINETUNE_STEPS, lr=source.resolved().lr / 10, seq_len=factor * t,
+                    batch_size=source.batch_size // factor, eval_batches=source.eval_batches * factor)
+    return runs
+
+
 GRIDS: dict[str, Callable[[], dict[str, TrainConfig]]] = {
     "extrapolation": extrapolation,
+    "context_extension": context_extension,
     "length_generalisation": length_generalisation,
     "position_comparison": position_comparison,
     "long_context": long_context,

@@ -99,6 +99,7 @@ class TrainConfig:
     resume: bool = False
     progress: bool | None = None                   # tqdm bar; None: only when stderr is a terminal
     stop_after: int | None = None                  # stop after this many steps of the ``steps``-step schedule
+    init_from: str | None = None                   # "grid:label": start from a recorded run's shipped weights
 
     def resolved(self) -> "TrainConfig":
         """A copy with the preset's values filled in and every field checked."""
@@ -118,10 +119,16 @@ class TrainConfig:
         out = TrainConfig(**values)
         if out.curriculum_steps is None:
             out.curriculum_steps = 0
+        # A run that starts from trained weights may train no step at all: it is then an evaluation.
+        zero_ok = ("warmup", "curriculum_steps") + (("steps",) if out.init_from is not None else ())
         for name in ("steps", "batch_size", "seq_len", "train_max_size", "warmup", "eval_every", "eval_batches",
                      "corpus_bytes", "curriculum_steps"):
-            _checks.number(name, getattr(out, name), integer=True,
-                           min_value=0 if name in ("warmup", "curriculum_steps") else 1)
+            _checks.number(name, getattr(out, name), integer=True, min_value=0 if name in zero_ok else 1)
+        if out.init_from is not None:
+            grid, sep, label = out.init_from.partition(":") if isinstance(out.init_from, str) else ("", "", "")
+            if not (sep and grid and label):
+                raise ValueError(f"init_from must be 'grid:label' (a recorded run with shipped weights, e.g. "
+                                 f"'extrapolation:RoPE/0'), got {out.init_from!r}")
         _checks.number("checkpoint_every", out.checkpoint_every, integer=True, min_value=0)
         _checks.number("seed", out.seed, integer=True, min_value=0)
         _checks.number("lr", out.lr, positive=True)
@@ -199,29 +206,30 @@ def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, devic
     model.eval()
     gen = torch.Generator().manual_seed(run.seed * 1_000_003 + 999_999_937)
     out: dict[str, Any] = {}
-    if run.task == "text" and run.eval_position_bin is not None:
-        out.update(_text_by_position(model, run, data.val, device))
-    elif run.task == "text":
-        by_length = {}
-        for length in dict.fromkeys([run.seq_len, *run.eval_seq_lens]):
-            losses = []
-            for _ in range(run.eval_batches):
-                x, y = corpus_lib.text_batch(data.val, run.batch_size, length, gen)
-                logits = model(x.to(device))
-                losses.append(F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten()).item())
-            by_length[length] = sum(losses) / len(losses)
-        out["val_loss"] = by_length[run.seq_len]
-        out["val_bpb"] = corpus_lib.bits_per_byte(out["val_loss"])
-        # Beyond the training length: every position of the longer windows counts, so this is the mean over
-        # positions 1..T' (the extrapolation curve by position is analysis's business).
-        out["val_bpb_by_len"] = {str(length): corpus_lib.bits_per_byte(loss) for length, loss in by_length.items()
-                                 if length in run.eval_seq_lens}
-    if run.task == "text" and run.eval_stride is not None:
-        out["val_bpb_sliding_by_len"] = {
-            str(length): sliding_window_bpb(model, data.val, length, run.eval_stride,
-                                            windows=run.eval_batches * run.batch_size,
-                                            first_target=max(run.eval_seq_lens), device=device)
-            for length in run.eval_seq_lens}
+    if run.task == "text":
+        if run.eval_position_bin is not None:
+            out.update(_text_by_position(model, run, data.val, device))
+        else:
+            by_length = {}
+            for length in dict.fromkeys([run.seq_len, *run.eval_seq_lens]):
+                losses = []
+                for _ in range(run.eval_batches):
+                    x, y = corpus_lib.text_batch(data.val, run.batch_size, length, gen)
+                    logits = model(x.to(device))
+                    losses.append(F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten()).item())
+                by_length[length] = sum(losses) / len(losses)
+            out["val_loss"] = by_length[run.seq_len]
+            out["val_bpb"] = corpus_lib.bits_per_byte(out["val_loss"])
+            # Beyond the training length: every position of the longer windows counts, so this is the mean over
+            # positions 1..T' (the extrapolation curve by position is analysis's business).
+            out["val_bpb_by_len"] = {str(length): corpus_lib.bits_per_byte(loss) for length, loss in by_length.items()
+                                     if length in run.eval_seq_lens}
+        if run.eval_stride is not None:
+            out["val_bpb_sliding_by_len"] = {
+                str(length): sliding_window_bpb(model, data.val, length, run.eval_stride,
+                                                windows=run.eval_batches * run.batch_size,
+                                                first_target=max(run.eval_seq_lens), device=device)
+                for length in run.eval_seq_lens}
     else:
         accuracy = {}
         for size in run.eval_sizes:
@@ -287,13 +295,18 @@ def sliding_window_bpb(model: GPT, val: torch.Tensor, length: int, stride: int, 
 def _text_by_position(model: GPT, run: TrainConfig, val: torch.Tensor, device: torch.device) -> dict[str, Any]:
     """The non-overlapping protocol from one set of windows of the longest eval length: loss by position (binned)
     and its prefix means at every eval length."""
-    longest = max(run.eval_seq_lens)
-    losses = position_losses(model, val, longest, run.eval_batches * run.batch_size, device).mean(0)
+    longest, windows = max(run.eval_seq_lens), run.eval_batches * run.batch_size
+    losses = position_losses(model, val, longest, windows, device).mean(0)
     bits = losses / math.log(2)
     width = run.eval_position_bin
-    out = {"val_loss": losses[:run.seq_len].mean().item()}
+    # Dynamic NTK rotates by a spectrum chosen from the length in hand: a window of L is scored at length L.
+    dynamic = any(getattr(block.attn, "dynamic_rope", None) is not None for block in model.blocks)
+    lengths = list(dict.fromkeys([run.seq_len, *run.eval_seq_lens]))
+    at = {length: position_losses(model, val, length, windows, device).mean(0) if dynamic else losses[:length]
+          for length in lengths}
+    out = {"val_loss": at[run.seq_len].mean().item()}
     out["val_bpb"] = corpus_lib.bits_per_byte(out["val_loss"])
-    out["val_bpb_by_len"] = {str(length): bits[:length].mean().item() for length in run.eval_seq_lens}
+    out["val_bpb_by_len"] = {str(length): (at[length] / math.log(2)).mean().item() for length in run.eval_seq_lens}
     out["val_bpb_by_position"] = [bits[i:i + width].mean().item() for i in range(0, longest, width)]
     return out
 
@@ -335,6 +348,11 @@ def train(run: TrainConfig) -> dict[str, Any]:
     config = gpt_config(run)
     torch.manual_seed(run.seed)
     model = GPT(config).to(device)
+    if run.init_from is not None:
+        from .sweep import load_weights     # sweep builds on this module
+        grid, _, label = run.init_from.partition(":")
+        source, _ = load_weights(grid, label, device=device)
+        model.load_state_dict(source.state_dict())   # the rope config (tables, not weights) stays this run's own
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": run.weight_decay},
@@ -405,6 +423,8 @@ def train(run: TrainConfig) -> dict[str, Any]:
                               "config": config.to_dict(), "run": asdict(run), "history": history}, checkpoint_path)
     if bar is not None:
         bar.close()
+    if run.steps == 0:          # an evaluation of the initial weights (init_from with another rope config)
+        history.append({"step": 0, **evaluate(model, run, data, device)})
 
     final = {k: v for k, v in history[-1].items() if k not in ("step", "lr", "tokens_per_s")} if history else {}
     tokens_per_s = tokens_seen / train_time if train_time else None
@@ -430,9 +450,17 @@ def train(run: TrainConfig) -> dict[str, Any]:
     return results
 
 
-def load_model(checkpoint: str | Path, device: torch.device | str = "cpu") -> tuple[GPT, TrainConfig]:
-    """A trained model and its run config from a checkpoint (loaded with weights_only=True)."""
+def load_model(checkpoint: str | Path, device: torch.device | str = "cpu", *,
+               rope: dict | list | None | str = "as trained") -> tuple[GPT, TrainConfig]:
+    """A trained model and its run config from a checkpoint (loaded with weights_only=True).
+
+    ``rope``: the rope configs to rotate with instead of the trained ones (a :attr:`GPTConfig.rope` value: one
+    dict for every rotating layer, a list per layer, None for each layer kind's own), e.g. YaRN at factor 4 to
+    read four times the training length; the default keeps those of the checkpoint."""
     state = torch.load(Path(checkpoint), weights_only=True, map_location=device)
-    model = GPT(GPTConfig(**state["config"])).to(device)
+    config = dict(state["config"])
+    if not (isinstance(rope, str) and rope == "as trained"):
+        config["rope"] = rope
+    model = GPT(GPTConfig(**config)).to(device)
     model.load_state_dict(state["model"])
     return model, TrainConfig(**state["run"])
