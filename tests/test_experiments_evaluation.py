@@ -34,8 +34,10 @@ def test_position_losses_are_the_losses_of_shorter_windows_at_the_same_starts(mo
         y = torch.stack([text[s + 1: s + 13] for s in starts]).long()
         short = F.cross_entropy(model(x).transpose(1, 2), y, reduction="none")
     torch.testing.assert_close(rows[:, :12], short, rtol=0, atol=1e-5)   # the logits come back as float32
-    with pytest.raises(ValueError, match="windows=70 non-overlapping windows of 32 bytes"):
+    with pytest.raises(ValueError, match="windows=70 windows of 32 bytes, 32 apart, need 2241 bytes"):
         position_losses(model, text, 32, windows=70, device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="spacing=16 must be at least length=32"):
+        position_losses(model, text, 32, windows=2, device=torch.device("cpu"), spacing=16)
 
 
 def test_sliding_window_with_stride_equal_to_length_is_the_non_overlapping_mean(model_and_text):
@@ -103,8 +105,14 @@ def test_dynamic_ntk_is_scored_at_each_length_not_as_a_prefix():
     val = load_corpus(run.corpus_bytes).val
     with torch.no_grad():
         out = _text_by_position(model, run, val, torch.device("cpu"))
-        at_32 = position_losses(model, val, 32, run.eval_batches * run.batch_size, torch.device("cpu"))
+        at_32 = position_losses(model, val, 32, run.eval_batches * run.batch_size, torch.device("cpu"), spacing=64)
         at_64 = position_losses(model, val, 64, run.eval_batches * run.batch_size, torch.device("cpu"))
+    # Windows of 32 at the starts of the 64-byte windows: the same bytes, each window rotated for its own length.
     assert out["val_bpb_by_len"]["32"] == pytest.approx(at_32.mean().item() / math.log(2), rel=1e-6)
+    # Up to max_position_embeddings = 16 dynamic NTK is the rotation the model was built with.
+    with torch.no_grad():
+        windows = dict(windows=run.eval_batches * run.batch_size, device=torch.device("cpu"), spacing=64)
+        torch.testing.assert_close(position_losses(model, val, 16, **windows),
+                                   position_losses(model.with_rope(None).eval(), val, 16, **windows), rtol=0, atol=0)
     # A 64-byte window rotates with another spectrum than a 32-byte one: its first 32 positions score differently.
-    assert abs(at_64[:, :32].mean().item() - at_32.mean().item()) > 1e-4
+    assert (at_64[:, :32] - at_32).abs().max() > 1e-5

@@ -243,26 +243,31 @@ def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, devic
     return out
 
 
-def position_losses(model: GPT, val: torch.Tensor, length: int, windows: int, device: torch.device,
-                    rows_per_forward: int = 16) -> torch.Tensor:
-    """Next-byte loss (nats) at every position 0..length-1 of the first ``windows`` non-overlapping windows of
-    ``val``: [windows, length]. The model is causal, so position t of a window of ``length`` is scored exactly as in
-    a window of any length > t starting at the same byte: the mean over positions < L of these rows is the
-    non-overlapping protocol at length L."""
+def position_losses(model: GPT, val: torch.Tensor, length: int, windows: int, device: torch.device, *,
+                    spacing: int | None = None, rows_per_forward: int = 16) -> torch.Tensor:
+    """Next-byte loss (nats) at every position 0..length-1 of ``windows`` windows of ``val`` starting every
+    ``spacing`` bytes (default ``length``: the first non-overlapping windows): [windows, length].
+
+    The model is causal, so position t of a window of ``length`` is scored exactly as in a window of any length
+    > t starting at the same byte: the mean over positions < L of these rows is the non-overlapping protocol at
+    length L. (Not for dynamic NTK, whose rotation depends on the window's length: score windows of L with
+    ``spacing`` set to the longest length, so that they cover the same bytes.)"""
     _checks.number("length", length, integer=True, positive=True)
     _checks.number("windows", windows, integer=True, positive=True)
-    available = (val.numel() - 1) // length
-    if windows > available:
-        raise ValueError(f"windows={windows} non-overlapping windows of {length} bytes need "
-                         f"{windows * length + 1} bytes of validation text; it holds {val.numel()}")
+    spacing = length if spacing is None else spacing
+    _checks.number("spacing", spacing, integer=True, positive=True)
+    if spacing < length:
+        raise ValueError(f"spacing={spacing} must be at least length={length} (windows must not overlap)")
+    needed = (windows - 1) * spacing + length + 1
+    if needed > val.numel():
+        raise ValueError(f"windows={windows} windows of {length} bytes, {spacing} apart, need {needed} bytes of "
+                         f"validation text; it holds {val.numel()}")
     rows = []
-    for start in range(0, windows, rows_per_forward):
-        count = min(rows_per_forward, windows - start)
-        chunk = val[start * length: (start + count) * length + 1].long()
-        x = chunk[:-1].view(count, length)
-        y = chunk[1:].view(count, length)
-        logits = model(x.to(device))
-        rows.append(F.cross_entropy(logits.transpose(1, 2), y.to(device), reduction="none").cpu())
+    for first in range(0, windows, rows_per_forward):
+        starts = range(first * spacing, min(windows, first + rows_per_forward) * spacing, spacing)
+        chunk = torch.stack([val[s: s + length + 1] for s in starts]).long()
+        logits = model(chunk[:, :-1].to(device))
+        rows.append(F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:].to(device), reduction="none").cpu())
     return torch.cat(rows)
 
 
@@ -302,8 +307,8 @@ def _text_by_position(model: GPT, run: TrainConfig, val: torch.Tensor, device: t
     # Dynamic NTK rotates by a spectrum chosen from the length in hand: a window of L is scored at length L.
     dynamic = any(getattr(block.attn, "dynamic_rope", None) is not None for block in model.blocks)
     lengths = list(dict.fromkeys([run.seq_len, *run.eval_seq_lens]))
-    at = {length: position_losses(model, val, length, windows, device).mean(0) if dynamic else losses[:length]
-          for length in lengths}
+    at = {length: position_losses(model, val, length, windows, device, spacing=longest).mean(0) if dynamic
+          else losses[:length] for length in lengths}
     out = {"val_loss": at[run.seq_len].mean().item()}
     out["val_bpb"] = corpus_lib.bits_per_byte(out["val_loss"])
     out["val_bpb_by_len"] = {str(length): (at[length] / math.log(2)).mean().item() for length in run.eval_seq_lens}
