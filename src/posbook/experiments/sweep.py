@@ -381,7 +381,8 @@ EXTRAPOLATION_SCHEMES: dict[str, dict[str, Any]] = {
     "APE-learned": dict(pattern="N", absolute_positions="learned"),
     "RoPE": dict(pattern="R"),
     "NoPE": dict(pattern="N"),
-    "T5": dict(pattern="T"),
+    "T5": dict(pattern="T"),                          # T5's buckets: log-spaced up to distance 128 = 2T
+    "T5-64": dict(pattern="T", t5_max_distance=EXTRAPOLATION_T),   # ... up to T: every bucket is trained
     "ALiBi": dict(pattern="A"),
     "p-RoPE": dict(pattern="P"),
     "partial-RoPE": dict(pattern="H"),
