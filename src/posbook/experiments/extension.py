@@ -1,8 +1,8 @@
 """Context extension of a trained RoPE model: the rope configs of chapter 5's methods, by the names the book uses.
 
-Each method is the rope dict that :func:`posbook.rope_parameters` reads (Hugging Face's form), built from the
+Each method is the rope dict that :func:`posbook.scaling.rope_parameters` reads (Hugging Face's form), built from the
 model's own ``rope_theta`` and ``head_dim``, the extension ``factor`` and the length the model was trained at.
-:meth:`posbook.experiments.model.GPT.with_rope` (or ``load_model(..., rope=...)``) puts it on trained weights.
+``GPT.with_rope`` (or ``load_model(..., rope=...)``) puts it on trained weights.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ EXTENSION_METHODS: dict[str, Callable[[float, int], dict[str, Any] | None]] = {
 
 
 def extension_rope(config: GPTConfig, method: str, factor: float, trained_length: int) -> dict[str, Any] | None:
-    """The rope dict (for :attr:`GPTConfig.rope`) that stretches a model's RoPE layers by ``factor`` with
+    """The rope dict (for ``GPTConfig.rope``) that stretches a model's RoPE layers by ``factor`` with
     ``method``, for a model trained on ``trained_length`` tokens; None for ``"none"``."""
     _checks.choice("method", method, EXTENSION_METHODS)
     _checks.number("factor", factor, positive=True)

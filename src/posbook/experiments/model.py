@@ -447,7 +447,7 @@ class GPT(nn.Module):
                 block.attn.recorder = None
 
     def with_rope(self, rope: dict | list | None) -> "GPT":
-        """The same trained weights under other rope configs (a :attr:`GPTConfig.rope` value): a new model, for
+        """The same trained weights under other rope configs (a ``GPTConfig.rope`` value): a new model, for
         context extension at evaluation time. The rotary tables are not weights, so every weight carries over."""
         config = GPTConfig(**{**self.config.to_dict(), "rope": rope})
         model = GPT(config).to(self.embed.weight.device)

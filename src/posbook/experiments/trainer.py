@@ -459,7 +459,7 @@ def load_model(checkpoint: str | Path, device: torch.device | str = "cpu", *,
                rope: dict | list | None | str = "as trained") -> tuple[GPT, TrainConfig]:
     """A trained model and its run config from a checkpoint (loaded with weights_only=True).
 
-    ``rope``: the rope configs to rotate with instead of the trained ones (a :attr:`GPTConfig.rope` value: one
+    ``rope``: the rope configs to rotate with instead of the trained ones (a ``GPTConfig.rope`` value: one
     dict for every rotating layer, a list per layer, None for each layer kind's own), e.g. YaRN at factor 4 to
     read four times the training length; the default keeps those of the checkpoint."""
     state = torch.load(Path(checkpoint), weights_only=True, map_location=device)
