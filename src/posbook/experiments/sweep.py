@@ -342,13 +342,13 @@ POSITION_VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def position_comparison() -> dict[str, TrainConfig]:
-    """Chapter 17: the nine variants of seed 002's nanochat table on the byte corpus, cpu preset, three seeds,
+    """Chapter 18: the nine variants of seed 002's nanochat table on the byte corpus, cpu preset, three seeds,
     bits per byte at the training length and at 2× and 4× (labels like ``"iRoPE/0"``)."""
     return {f"{name}/{seed}": TrainConfig(task="text", preset="cpu", model=dict(model), seed=seed)
             for name, model in POSITION_VARIANTS.items() for seed in SEEDS}
 
 
-# Chapter 18's retrieval models: passkey haystacks of up to 16 filler tokens in training, tested to 64. The
+# Chapter 19's retrieval models: passkey haystacks of up to 16 filler tokens in training, tested to 64. The
 # iRoPE variants' local layers see 8 tokens, so a needle deeper than that is reachable only through the global
 # NoPE layer.
 PROBE_WINDOW = 8
@@ -362,7 +362,7 @@ PROBE_VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def long_context() -> dict[str, TrainConfig]:
-    """Chapter 18: passkey retrieval for five schemes × three seeds, trained on haystacks of 1..16 filler tokens
+    """Chapter 19: passkey retrieval for five schemes × three seeds, trained on haystacks of 1..16 filler tokens
     for 600 steps, evaluated to 64 (labels like ``"iRoPE/0"``)."""
     return {f"{name}/{seed}": TrainConfig(task="passkey", preset="cpu", model=dict(model), seed=seed,
                                           train_max_size=16, steps=600, eval_every=600,
@@ -373,7 +373,7 @@ def long_context() -> dict[str, TrainConfig]:
 # Chapter 16, "Train short, test long": byte models trained at T = 64 and read to 16T. 800 steps of 32 windows (one
 # thread, about 4 minutes a run with the evaluation) take RoPE to about 2 bits per byte at T, far below the
 # 4.5-bit unigram rate, where what happens past T is already visible. Local windows are T/4, the fraction of
-# chapter 17's nanochat windows.
+# chapter 18's nanochat windows.
 EXTRAPOLATION_T = 64
 EXTRAPOLATION_WINDOW = EXTRAPOLATION_T // 4
 EXTRAPOLATION_SCHEMES: dict[str, dict[str, Any]] = {
@@ -406,7 +406,7 @@ def extrapolation() -> dict[str, TrainConfig]:
             for scheme, model in EXTRAPOLATION_SCHEMES.items() for seed in SEEDS}
 
 
-# Chapter "Stretching a trained model": the RoPE models of the extrapolation grid, their rotation replaced by each
+# Chapter 17, "Stretching a trained model": the RoPE models of the extrapolation grid, their rotation replaced by each
 # context-extension method at each factor, read without training (finetune_steps 0) and after a short fine-tune
 # at factor × T: 40 steps, 5% of the pre-training steps, at a tenth of its peak learning rate, the same bytes per
 # step (32·T/factor windows of factor·T).
