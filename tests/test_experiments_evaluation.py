@@ -95,7 +95,7 @@ def test_stop_after_trains_a_prefix_of_the_same_schedule():
 
 
 def test_dynamic_ntk_is_scored_at_each_length_not_as_a_prefix():
-    from posbook.experiments.trainer import _text_by_position
+    from posbook.experiments.trainer import text_by_position
     from posbook.experiments.corpus import load_corpus
     torch.manual_seed(0)
     dynamic = {"rope_theta": 1e4, "head_dim": 8, "max_position_embeddings": 16,
@@ -104,7 +104,7 @@ def test_dynamic_ntk_is_scored_at_each_length_not_as_a_prefix():
     run = tiny_text_run().resolved()
     val = load_corpus(run.corpus_bytes).val
     with torch.no_grad():
-        out = _text_by_position(model, run, val, torch.device("cpu"))
+        out = text_by_position(model, run, val, torch.device("cpu"))
         at_32 = position_losses(model, val, 32, run.eval_batches * run.batch_size, torch.device("cpu"), spacing=64)
         at_64 = position_losses(model, val, 64, run.eval_batches * run.batch_size, torch.device("cpu"))
     # Windows of 32 at the starts of the 64-byte windows: the same bytes, each window rotated for its own length.

@@ -184,6 +184,15 @@ def _write_record(grid: str, record: dict[str, dict[str, Any]], order: list[str]
     tmp.replace(record_path(grid))
 
 
+def _check_recorded(grid: str, record: dict, runs: dict[str, TrainConfig], label: str, name: str) -> None:
+    """A label to retrain must be a run of the grid whose record matches its current configuration."""
+    if label not in runs:
+        raise ValueError(f"{name} {label!r} is not a run of the grid; known: {sorted(runs)}")
+    if record.get(label, {}).get("id") != run_id(runs[label]):
+        raise ValueError(f"run {label!r} has no record for its current configuration; run "
+                         f"`python -m posbook.experiments sweep {grid}` first")
+
+
 def reproduce(grid: str, runs: dict[str, TrainConfig], labels: list[str]) -> dict[str, dict[str, Any]]:
     """Retrain the chosen runs and compare each with its record.
 
@@ -201,11 +210,7 @@ def reproduce(grid: str, runs: dict[str, TrainConfig], labels: list[str]) -> dic
     """
     record = load_record(grid)
     for label in labels:
-        if label not in runs:
-            raise ValueError(f"labels entry {label!r} is not a run of the grid; known: {sorted(runs)}")
-        if record.get(label, {}).get("id") != run_id(runs[label]):
-            raise ValueError(f"run {label!r} has no record for its current configuration; run "
-                             f"`python -m posbook.experiments sweep {grid}` first")
+        _check_recorded(grid, record, runs, label, "labels entry")
     out = {}
     for label in labels:
         with tempfile.TemporaryDirectory() as folder, _one_thread():
@@ -230,11 +235,7 @@ def reproduce_prefix(grid: str, runs: dict[str, TrainConfig], label: str, steps:
     ``fresh`` (training loss at ``steps``), ``abs_diff``, ``identical`` and the ``seconds`` it took.
     """
     record = load_record(grid)
-    if label not in runs:
-        raise ValueError(f"label {label!r} is not a run of the grid; known: {sorted(runs)}")
-    if record.get(label, {}).get("id") != run_id(runs[label]):
-        raise ValueError(f"run {label!r} has no record for its current configuration; run "
-                         f"`python -m posbook.experiments sweep {grid}` first")
+    _check_recorded(grid, record, runs, label, "label")
     kept = {h["step"]: h for h in record[label]["history"]}
     if steps not in kept:
         raise ValueError(f"steps={steps} is not a step the record of {label!r} kept; kept steps include "

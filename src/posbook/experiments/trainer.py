@@ -208,7 +208,7 @@ def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, devic
     out: dict[str, Any] = {}
     if run.task == "text":
         if run.eval_position_bin is not None:
-            out.update(_text_by_position(model, run, data.val, device))
+            out.update(text_by_position(model, run, data.val, device))
         else:
             by_length = {}
             for length in dict.fromkeys([run.seq_len, *run.eval_seq_lens]):
@@ -297,9 +297,10 @@ def sliding_window_bpb(model: GPT, val: torch.Tensor, length: int, stride: int, 
     return corpus_lib.bits_per_byte(total / count)
 
 
-def _text_by_position(model: GPT, run: TrainConfig, val: torch.Tensor, device: torch.device) -> dict[str, Any]:
-    """The non-overlapping protocol from one set of windows of the longest eval length: loss by position (binned)
-    and its prefix means at every eval length."""
+def text_by_position(model: GPT, run: TrainConfig, val: torch.Tensor, device: torch.device) -> dict[str, Any]:
+    """The non-overlapping protocol of a run with ``eval_position_bin``, from one set of windows of the longest eval
+    length: validation loss and bits per byte at ``seq_len``, bits per byte at every eval length, and by position
+    (binned) — the numbers :func:`evaluate` records, without the sliding-window part."""
     longest, windows = max(run.eval_seq_lens), run.eval_batches * run.batch_size
     losses = position_losses(model, val, longest, windows, device).mean(0)
     bits = losses / math.log(2)
