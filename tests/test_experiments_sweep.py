@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from posbook.experiments import TrainConfig, sweep, train
+from posbook.experiments import TrainConfig, sweep, tasks, train
 from posbook.experiments.trainer import evaluate, largest_train_size
 
 TINY = dict(n_layer=2, n_embd=32, n_head=4, pattern="RN")
@@ -185,3 +185,19 @@ def test_a_run_can_start_from_shipped_weights_and_only_evaluate(tmp_path, monkey
         replace(again, init_from=None).resolved()            # zero steps only for a run that starts trained
     with pytest.raises(ValueError, match="init_from label 'RoPE/9' is not a run of grid 'tiny'"):
         sweep.run_id(replace(again, init_from="tiny:RoPE/9"))
+
+
+def test_passkey_extension_stretches_the_recorded_rope_retrievers():
+    runs = sweep.passkey_extension()
+    source = sweep.long_context()["RoPE/1"]
+    assert sweep.PASSKEY_TRAINED_LENGTH == tasks.sequence_length("passkey", source.train_max_size)
+    free, tuned = runs["YaRN/4/0/1"], runs[f"YaRN/4/{sweep.PASSKEY_FINETUNE_STEPS}/1"]
+    assert free.init_from == tuned.init_from == "long_context:RoPE/1"
+    assert free.steps == 0 and free.eval_sizes == source.eval_sizes
+    assert free.model["rope"]["rope_scaling"] == {"rope_type": "yarn", "factor": 4.0,
+                                                  "original_max_position_embeddings": sweep.PASSKEY_TRAINED_LENGTH}
+    assert runs["none/1/0/1"].model.get("rope") is None
+    resolved = tuned.resolved()
+    assert resolved.train_max_size == max(source.eval_sizes)      # fine-tuned on the haystacks it is tested on
+    assert resolved.steps / source.resolved().steps == 0.05
+    assert {label.split("/")[0] for label in runs if label.split("/")[2] != "0"} == set(sweep.FINETUNED_METHODS)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from posbook.experiments import corpus as corpus_lib
 from posbook.experiments import tasks as tasks_lib
+from posbook.experiments.trainer import TrainConfig
 
 
 def test_tasks_have_the_right_answers():
@@ -15,8 +17,10 @@ def test_tasks_have_the_right_answers():
             tokens, start = tasks_lib._example(task, n, gen)
             assert len(tokens) == tasks_lib.sequence_length(task, n)
             prompt, answer = tokens[:start], tokens[start:-1]
-            if task == "copy":
+            if task in ("copy", "copy-distinct"):
                 assert answer == prompt[1:-1]
+                if task == "copy-distinct":
+                    assert len(set(answer)) == n
             elif task == "reverse":
                 assert answer == prompt[1:-1][::-1]
             elif task == "addition":
@@ -31,6 +35,19 @@ def test_tasks_have_the_right_answers():
     assert tasks_lib.exact_match(perfect, y).tolist() == [1.0, 1.0]
     perfect[1, -1] = perfect[1, -1].roll(1)          # one wrong answer token (the EOS of the longer example)
     assert tasks_lib.exact_match(perfect, y).tolist() == [1.0, 0.0]
+
+
+def test_copy_distinct_stops_at_the_alphabet():
+    gen = torch.Generator().manual_seed(0)
+    x, _ = tasks_lib.make_batch("copy-distinct", [tasks_lib.N_SYMBOLS], gen)
+    assert sorted(x[0, 1:tasks_lib.N_SYMBOLS + 1].tolist()) == list(range(tasks_lib.N_SYMBOLS))   # a permutation
+    with pytest.raises(ValueError, match="sizes entries must be <= 16, got 17"):
+        tasks_lib.make_batch("copy-distinct", [3, 17], gen)
+    with pytest.raises(ValueError, match="train_max_size must be <= 16, got 20"):
+        TrainConfig(task="copy-distinct", preset="cpu", train_max_size=20, eval_sizes=[4]).resolved()
+    with pytest.raises(ValueError, match="eval_sizes entry must be <= 16, got 32"):
+        TrainConfig(task="copy-distinct", preset="cpu", eval_sizes=[4, 32]).resolved()
+    assert max(TrainConfig(task="copy-distinct", preset="cpu").resolved().eval_sizes) == tasks_lib.N_SYMBOLS
 
 
 def test_corpus_split_is_deterministic_and_hashed(tmp_path):
@@ -50,3 +67,11 @@ def test_corpus_split_is_deterministic_and_hashed(tmp_path):
 def test_stdlib_corpus_exists_here():
     corpus = corpus_lib.load_corpus(max_bytes=300_000)
     assert corpus.n_files > 10 and len(corpus.sha256) == 64
+
+
+def test_unigram_bits_is_the_entropy_of_the_byte_frequencies():
+    assert corpus_lib.unigram_bits(torch.tensor([7] * 10, dtype=torch.uint8)) == 0.0
+    assert abs(corpus_lib.unigram_bits(torch.arange(256, dtype=torch.uint8)) - 8.0) < 1e-12
+    assert abs(corpus_lib.unigram_bits(torch.tensor([0, 0, 1, 2], dtype=torch.uint8)) - 1.5) < 1e-12
+    with pytest.raises(ValueError, match="data must be a non-empty 1-D tensor"):
+        corpus_lib.unigram_bits(torch.zeros(2, 3, dtype=torch.uint8))

@@ -77,6 +77,16 @@ def text_batch(data: torch.Tensor, batch_size: int, seq_len: int, generator: tor
     return windows[:, :-1], windows[:, 1:]
 
 
+def unigram_bits(data: torch.Tensor) -> float:
+    """Entropy of the byte frequencies of ``data`` in bits per byte: the best a model can do without context."""
+    if not isinstance(data, torch.Tensor) or data.ndim != 1 or data.numel() == 0:
+        raise ValueError(f"data must be a non-empty 1-D tensor of bytes, got {type(data).__name__} "
+                         f"of shape {tuple(getattr(data, 'shape', ()))}")
+    freq = torch.bincount(data.long(), minlength=256).double()
+    p = freq[freq > 0] / freq.sum()
+    return float(-(p * p.log2()).sum())
+
+
 def bits_per_byte(mean_loss_nats: float) -> float:
     """Mean next-byte cross-entropy in nats → bits per byte."""
     return mean_loss_nats / math.log(2)

@@ -304,6 +304,13 @@ LENGTH_SCHEMES: dict[str, dict[str, Any]] = {
     "p-RoPE": dict(pattern="P"),
 }
 LENGTH_TASKS = ("copy", "reverse", "addition")
+COPY_VARIANT_SCHEMES = ("NoPE", "T5", "ALiBi", "RoPE")
+COPY_VARIANTS: dict[str, dict[str, Any]] = {
+    "copy-L16": dict(train_max_size=16),                        # train on sizes 1..16 (eval to 64)
+    "copy-4x-steps": dict(steps=2400, eval_every=2400),         # 2,400 steps instead of 600
+    "copy-wide": dict(model=dict(n_embd=128)),                  # 4 x 128 instead of 4 x 64
+    "copy-distinct": dict(task="copy-distinct"),                # n distinct symbols of 16 (eval to 16)
+}
 SEEDS = (0, 1, 2)
 
 
@@ -318,6 +325,13 @@ def length_generalisation() -> dict[str, TrainConfig]:
     for seed in SEEDS:
         runs[f"copy/APE (sinusoidal)/{seed}"] = TrainConfig(
             task="copy", preset="cpu", model=dict(pattern="N", absolute_positions="sinusoidal"), seed=seed)
+    # What copy needs to generalise past L at this scale, one change at a time against copy/<scheme>/0 (seed 0):
+    # a longer training range, four times the steps, a wider model, and a task format in which content alone
+    # addresses the next symbol (distinct symbols, so an induction head copies at any length).
+    for variant, change in COPY_VARIANTS.items():
+        for scheme in COPY_VARIANT_SCHEMES:
+            runs[f"{variant}/{scheme}/0"] = TrainConfig(**{"task": "copy", "preset": "cpu", "seed": 0, **change,
+                                                           "model": {**LENGTH_SCHEMES[scheme], **change.get("model", {})}})
     # The paper's addition protocol (sums of up to L = 8 digits) at this model size: not learned even in-distribution.
     for scheme in ("RoPE", "NoPE"):
         runs[f"addition-L8/{scheme}/0"] = TrainConfig(task="addition", preset="cpu", model=dict(LENGTH_SCHEMES[scheme]),
@@ -343,9 +357,12 @@ POSITION_VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def position_comparison() -> dict[str, TrainConfig]:
-    """Chapter 18: the nine variants of seed 002's nanochat table on the byte corpus, cpu preset, three seeds,
-    bits per byte at the training length and at 2× and 4× (labels like ``"iRoPE/0"``)."""
-    return {f"{name}/{seed}": TrainConfig(task="text", preset="cpu", model=dict(model), seed=seed)
+    """Chapter 18: the nine variants of seed 002's nanochat table on the byte corpus, cpu preset at 128 bytes, three
+    seeds, bits per byte at the training length and at 2× and 4× (labels like ``"iRoPE/0"``). 800 steps, as in the
+    extrapolation grid: at the preset's 150 the models sit above 3 bits per byte and most variants inside the
+    baseline's seed spread."""
+    return {f"{name}/{seed}": TrainConfig(task="text", preset="cpu", model=dict(model), seed=seed, steps=800,
+                                          warmup=40, eval_every=800, eval_batches=8, corpus_bytes=6_000_000)
             for name, model in POSITION_VARIANTS.items() for seed in SEEDS}
 
 
@@ -417,29 +434,60 @@ FINETUNED_METHODS = ("none", "PI", "NTK", "YaRN")
 FINETUNE_FACTORS = (4, 16)
 
 
+def _stretched(grid: str, label: str, trained_length: int, factors: tuple[int, ...],
+               finetunes: dict[tuple[str, int], dict[str, Any]]) -> dict[str, TrainConfig]:
+    """The runs that put every context-extension method on the shipped weights of ``grid:label``: evaluation only
+    at each factor (``none`` once, at factor 1), labelled ``<method>/<factor>/0``, and the fine-tunes, labelled
+    ``<method>/<factor>/<steps>``, with ``finetunes[(method, factor)]`` the fields they change (``steps`` included)."""
+    from .extension import EXTENSION_METHODS, extension_rope
+    from .trainer import gpt_config
+    source = GRIDS[grid]()[label]
+    config = gpt_config(source.resolved())
+
+    def stretched(method: str, factor: int, **fields: Any) -> TrainConfig:
+        model = dict(source.model, rope=extension_rope(config, method, factor, trained_length))
+        return replace(source, model=model, init_from=f"{grid}:{label}", **fields)
+
+    runs = {f"{method}/{factor}/0": stretched(method, factor, steps=0, warmup=0, eval_every=1)
+            for method in EXTENSION_METHODS for factor in ((1,) if method == "none" else factors)}
+    runs |= {f"{method}/{factor}/{fields['steps']}": stretched(method, factor, **fields)
+             for (method, factor), fields in finetunes.items()}
+    return runs
+
+
 def context_extension() -> dict[str, TrainConfig]:
     """Labels ``<method>/<factor>/<finetune_steps>/<seed>`` (``"YaRN/4/0/1"``: YaRN at factor 4, no training,
     seed 1's RoPE model); ``none`` appears with factor 1 untrained, and as the fine-tuning control."""
-    from .extension import EXTENSION_METHODS, extension_rope
-    from .trainer import gpt_config
-    runs = {}
-    for seed in SEEDS:
-        source = extrapolation()[f"RoPE/{seed}"]
-        config = gpt_config(source.resolved())
-        t = EXTRAPOLATION_T
-        for method in EXTENSION_METHODS:
-            for factor in (1,) if method == "none" else EXTENSION_FACTORS:
-                model = dict(source.model, rope=extension_rope(config, method, factor, t))
-                runs[f"{method}/{factor}/0/{seed}"] = replace(source, model=model, steps=0, warmup=0, eval_every=1,
-                                                              init_from=f"extrapolation:RoPE/{seed}")
-        for method in FINETUNED_METHODS:
-            for factor in FINETUNE_FACTORS:
-                model = dict(source.model, rope=extension_rope(config, method, factor, t))
-                runs[f"{method}/{factor}/{FINETUNE_STEPS}/{seed}"] = replace(
-                    source, model=model, init_from=f"extrapolation:RoPE/{seed}", steps=FINETUNE_STEPS, warmup=4,
-                    eval_every=FINETUNE_STEPS, lr=source.resolved().lr / 10, seq_len=factor * t,
-                    batch_size=source.batch_size // factor, eval_batches=source.eval_batches * factor)
-    return runs
+    t = EXTRAPOLATION_T
+    source = extrapolation()["RoPE/0"].resolved()
+    finetunes = {(method, factor): dict(steps=FINETUNE_STEPS, warmup=4, eval_every=FINETUNE_STEPS, lr=source.lr / 10,
+                                        seq_len=factor * t, batch_size=source.batch_size // factor,
+                                        eval_batches=source.eval_batches * factor)
+                 for method in FINETUNED_METHODS for factor in FINETUNE_FACTORS}
+    return {f"{name}/{seed}": run for seed in SEEDS
+            for name, run in _stretched("extrapolation", f"RoPE/{seed}", t, EXTENSION_FACTORS, finetunes).items()}
+
+
+# Chapter 17's passkey section: chapter 19's RoPE retrieval models (haystacks of up to 16 filler tokens, 32 tokens
+# in all) stretched to the haystacks of 64 they fail on, without training and after 30 steps (5% of their 600) on
+# haystacks of 1..64 at a tenth of the peak learning rate, half the batch (about the same tokens per step).
+PASSKEY_TRAINED_LENGTH = 32                 # tasks.sequence_length("passkey", 16)
+PASSKEY_FACTORS = (2, 4)
+PASSKEY_FINETUNE_STEPS = 30
+PASSKEY_FINETUNE_FACTOR = 4
+
+
+def passkey_extension() -> dict[str, TrainConfig]:
+    """Labels ``<method>/<factor>/<finetune_steps>/<seed>`` as in :func:`context_extension`, on the RoPE models of
+    :func:`long_context`."""
+    source = long_context()["RoPE/0"].resolved()
+    finetunes = {(method, PASSKEY_FINETUNE_FACTOR): dict(
+        steps=PASSKEY_FINETUNE_STEPS, warmup=3, eval_every=PASSKEY_FINETUNE_STEPS, lr=source.lr / 10,
+        train_max_size=max(source.eval_sizes), batch_size=source.batch_size // 2, eval_batches=2 * source.eval_batches)
+        for method in FINETUNED_METHODS}
+    return {f"{name}/{seed}": run for seed in SEEDS
+            for name, run in _stretched("long_context", f"RoPE/{seed}", PASSKEY_TRAINED_LENGTH, PASSKEY_FACTORS,
+                                        finetunes).items()}
 
 
 GRIDS: dict[str, Callable[[], dict[str, TrainConfig]]] = {
@@ -448,10 +496,13 @@ GRIDS: dict[str, Callable[[], dict[str, TrainConfig]]] = {
     "length_generalisation": length_generalisation,
     "position_comparison": position_comparison,
     "long_context": long_context,
+    "passkey_extension": passkey_extension,
 }
 
 # The recorded runs whose trained weights ship with posbook, for the pages that probe or stretch trained models
-# (about 3.3 MB each).
+# (3.3 MB for a text model, 0.8 MB for a copy or passkey model).
 GRID_WEIGHTS: dict[str, set[str]] = {
-    "extrapolation": {"RoPE/0", "RoPE/1", "RoPE/2", "APE-learned/0", "ALiBi/0", "NoPE/0"},
+    "extrapolation": {"RoPE/0", "RoPE/1", "RoPE/2", "APE-learned/0"},
+    "length_generalisation": {*(f"copy/{scheme}/0" for scheme in LENGTH_SCHEMES), "copy/NoPE/1"},
+    "long_context": {"RoPE/0", "RoPE/1", "RoPE/2", *(f"{variant}/0" for variant in PROBE_VARIANTS)},
 }

@@ -8,6 +8,8 @@ where a position scheme either generalises or does not (Kazemnejad et al. 2023 r
 task       sequence                                                    answer
 =========  ==========================================================  ==============================
 copy       BOS x₁ … xₙ SEP                                             x₁ … xₙ EOS
+copy-      the same, with n distinct symbols (n ≤ 16): every symbol     x₁ … xₙ EOS
+distinct   names one place, so content alone can find the next one
 reverse    BOS x₁ … xₙ SEP                                             xₙ … x₁ EOS
 addition   BOS a₀ … aₙ₋₁ PLUS b₀ … bₙ₋₁ SEP (digits least significant  c₀ … cₙ EOS  (c = a + b)
            first, as is usual for length generalisation)
@@ -30,7 +32,7 @@ N_SYMBOLS = 16                     # content symbols 0..15; the digits are symbo
 BOS, SEP, EOS, PAD, PLUS, QUERY, MARK = range(N_SYMBOLS, N_SYMBOLS + 7)
 VOCAB_SIZE = 24                    # 23 tokens used, rounded up
 IGNORE = -100                      # target value that the loss and the accuracy skip
-TASKS = ("copy", "reverse", "addition", "passkey")
+TASKS = ("copy", "copy-distinct", "reverse", "addition", "passkey")
 PASSKEY_DIGITS = 5
 
 
@@ -38,7 +40,7 @@ def sequence_length(task: str, n: int) -> int:
     """Tokens in one example of size n (prompt and answer)."""
     _checks.choice("task", task, TASKS)
     _checks.number("n", n, integer=True, positive=True)
-    return {"copy": 2 * n + 3, "reverse": 2 * n + 3, "addition": 3 * n + 5,
+    return {"copy": 2 * n + 3, "copy-distinct": 2 * n + 3, "reverse": 2 * n + 3, "addition": 3 * n + 5,
             "passkey": n + 2 * PASSKEY_DIGITS + 6}[task]
 
 
@@ -47,6 +49,10 @@ def _example(task: str, n: int, gen: torch.Generator) -> tuple[list[int], int]:
     if task in ("copy", "reverse"):
         x = torch.randint(0, N_SYMBOLS, (n,), generator=gen).tolist()
         answer = x if task == "copy" else x[::-1]
+        prompt = [BOS, *x, SEP]
+    elif task == "copy-distinct":
+        x = torch.randperm(N_SYMBOLS, generator=gen)[:n].tolist()
+        answer = x
         prompt = [BOS, *x, SEP]
     elif task == "addition":
         a = torch.randint(0, 10, (n,), generator=gen).tolist()
@@ -75,7 +81,12 @@ def make_batch(task: str, sizes: list[int], generator: torch.Generator) -> tuple
     _checks.choice("task", task, TASKS)
     if not sizes:
         raise ValueError("sizes must hold at least one problem size, got an empty list")
-    examples = [_example(task, int(_checks.number("size", n, integer=True, positive=True)), generator) for n in sizes]
+    for n in sizes:
+        _checks.number("sizes entry", n, integer=True, positive=True)
+        if task == "copy-distinct" and n > N_SYMBOLS:
+            raise ValueError(f"copy-distinct draws n distinct symbols of {N_SYMBOLS}: sizes entries must be <= "
+                             f"{N_SYMBOLS}, got {n}")
+    examples = [_example(task, int(n), generator) for n in sizes]
     t = max(len(tokens) for tokens, _ in examples) - 1
     inputs = torch.full((len(sizes), t), PAD, dtype=torch.long)
     targets = torch.full((len(sizes), t), IGNORE, dtype=torch.long)
