@@ -47,25 +47,18 @@ def test_grid_is_recorded_reloaded_and_reproduced_exactly(tiny_grid, tmp_path):
     assert {"git_sha", "torch", "seed"} <= set(first["copy/RoPE"]["provenance"])
     again = sweep.run_grid("tiny", tiny_grid)          # nothing to train: read back as written
     assert again == json.loads(json.dumps(first))
-    check = sweep.reproduce("tiny", tiny_grid, ["copy/NoPE"])["copy/NoPE"]
-    assert check["identical"] and check["max_abs_diff"] == 0.0
-    assert set(check["beyond_seeds"]) == set(sweep.flat_metrics(first["copy/NoPE"]["final"]))
-    assert not any(check["beyond_seeds"].values())     # a bit-identical run is inside its (one-seed) range
-    assert not check["model"].training and check["model"].config.pattern == "N"
+    prefix = sweep.reproduce_prefix("tiny", tiny_grid, "copy/NoPE", steps=8)      # the whole run, retrained
+    assert prefix["identical"] and prefix["abs_diff"] == 0.0
+    assert prefix["recorded"] == first["copy/NoPE"]["final"]["train_loss"]
     changed = dict(tiny_grid, **{"copy/NoPE": replace(tiny_grid["copy/NoPE"], steps=9)})
     assert sweep.stale_labels("tiny", changed) == ["copy/NoPE"]
     with pytest.raises(ValueError, match="no record for its current configuration"):
-        sweep.reproduce("tiny", changed, ["copy/NoPE"])
+        sweep.reproduce_prefix("tiny", changed, "copy/NoPE", steps=8)
 
 
-def test_seed_range_spans_the_seeds_of_one_run_only():
-    final = lambda loss, acc: {"final": {"train_loss": loss, "accuracy_by_size": {"4": acc}}}
-    record = {"copy/RoPE/0": final(0.5, 0.2), "copy/RoPE/1": final(0.3, 0.9), "copy/RoPE/2": final(0.4, 0.6),
-              "copy/RoPE (long)/0": final(9.0, 0.0), "copy/NoPE/0": final(1.0, 1.0)}
-    assert sweep.seed_range(record, "copy/RoPE/1") == {"train_loss": (0.3, 0.5), "accuracy_by_size/4": (0.2, 0.9)}
-    assert sweep.flat_metrics(record["copy/NoPE/0"]["final"]) == {"train_loss": 1.0, "accuracy_by_size/4": 1.0}
-    with pytest.raises(ValueError, match="no run copy/ALiBi/<seed>"):
-        sweep.seed_range(record, "copy/ALiBi/0")
+def test_flat_metrics_flattens_nested_metrics_and_drops_curves():
+    final = {"train_loss": 1.0, "accuracy_by_size": {"4": 0.5}, "val_bpb_by_position": [1.0, 2.0]}
+    assert sweep.flat_metrics(final) == {"train_loss": 1.0, "accuracy_by_size/4": 0.5}
 
 
 def test_summary_keeps_every_evaluation_and_thins_the_rest():
@@ -85,8 +78,8 @@ def test_bad_grid_arguments_are_named(tiny_grid):
         sweep.run_grid("tiny", tiny_grid, jobs=0)
     with pytest.raises(ValueError, match="runs must be a non-empty dict"):
         sweep.run_grid("tiny", {})
-    with pytest.raises(ValueError, match="labels entry 'copy/ALiBi'"):
-        sweep.reproduce("tiny", tiny_grid, ["copy/ALiBi"])
+    with pytest.raises(ValueError, match="label 'copy/ALiBi' is not a run of the grid"):
+        sweep.reproduce_prefix("tiny", tiny_grid, "copy/ALiBi", steps=1)
 
 
 @pytest.mark.parametrize("grid", sorted(sweep.GRIDS))
@@ -118,14 +111,6 @@ def test_text_runs_report_bits_per_byte_at_longer_lengths():
     assert final["val_bpb_by_len"]["16"] == final["val_bpb"]
     with pytest.raises(ValueError, match="eval_seq_lens"):
         replace(run, eval_seq_lens=[0]).resolved()
-
-
-def test_in_training_range_separates_what_a_run_trained_on():
-    copy = tiny(train_max_size=4)
-    assert sweep.in_training_range(copy, "train_loss") and sweep.in_training_range(copy, "accuracy_by_size/4")
-    assert not sweep.in_training_range(copy, "accuracy_by_size/5")
-    text = TrainConfig(task="text", preset="cpu", seq_len=64)
-    assert sweep.in_training_range(text, "val_bpb_by_len/64") and not sweep.in_training_range(text, "val_bpb_by_len/128")
 
 
 def test_show_prints_a_recorded_grid_as_a_table_and_as_json(capsys):

@@ -6,15 +6,17 @@ page can spend each time the book is built. So a grid is run once by the command
 ``posbook/experiments/records/<grid>.json``: for every run its label, an id that hashes the run's resolved
 configuration, the final metrics, a thinned history and the provenance (git commit, torch version, device, seed,
 wall time). A chapter then calls :func:`run_grid`, which takes each run from the record when the record holds
-the same configuration and trains it otherwise, and :func:`reproduce`, which retrains chosen runs and compares
-them with the record, so that the page itself shows that the record is what this code computes.
+the same configuration and trains it otherwise, and :func:`reproduce_prefix`, which retrains the first steps of a
+recorded run on its own schedule and compares the training loss there with the record, so that the page itself
+shows that the record is what this code computes; the runs whose models a page probes ship as weights
+(:data:`GRID_WEIGHTS`, :func:`load_weights`).
 
 Training on a CPU is deterministic for a fixed number of threads, but not across thread counts for every
 layer: the additive-bias schemes (ALiBi, T5) go through kernels whose reductions split by thread, and 600 steps
 turn a last-bit difference into a different model (measured: copy/ALiBi/0 retrained with two threads differs
 from its one-thread record by 0.27 in exact match at one size). So every run here, recorded or reproduced,
 trains with one thread; a retrained run then equals its record exactly on the machine that wrote the record,
-and :func:`reproduce` reports the differences instead of assuming them zero, for another CPU may round
+and :func:`reproduce_prefix` reports the difference instead of assuming it zero, for another CPU may round
 differently.
 """
 
@@ -184,45 +186,13 @@ def _write_record(grid: str, record: dict[str, dict[str, Any]], order: list[str]
     tmp.replace(record_path(grid))
 
 
-def _check_recorded(grid: str, record: dict, runs: dict[str, TrainConfig], label: str, name: str) -> None:
+def _check_recorded(grid: str, record: dict, runs: dict[str, TrainConfig], label: str) -> None:
     """A label to retrain must be a run of the grid whose record matches its current configuration."""
     if label not in runs:
-        raise ValueError(f"{name} {label!r} is not a run of the grid; known: {sorted(runs)}")
+        raise ValueError(f"label {label!r} is not a run of the grid; known: {sorted(runs)}")
     if record.get(label, {}).get("id") != run_id(runs[label]):
         raise ValueError(f"run {label!r} has no record for its current configuration; run "
                          f"`python -m posbook.experiments sweep {grid}` first")
-
-
-def reproduce(grid: str, runs: dict[str, TrainConfig], labels: list[str]) -> dict[str, dict[str, Any]]:
-    """Retrain the chosen runs and compare each with its record.
-
-    Returns, per label: the fresh summary (``results``), the trained ``model`` (in eval mode, for probes), the
-    largest absolute difference of any final metric from the record (loss, bits per byte, or accuracy at any size:
-    ``max_abs_diff``), whether every one of them equals the record to the last bit (``identical``), and how far
-    each fresh metric lies outside the range the recorded seeds of the same run span (``beyond_seeds``: metric →
-    distance, 0 inside; see :func:`seed_range`), and which of those metrics measure what the run trained on
-    (``in_training``, see :func:`in_training_range`).
-
-    On the CPU that wrote the record, a run retrained with the same thread count is bit-identical. On another CPU
-    (other vector instructions, other matrix kernels) the first steps round differently and a few hundred steps
-    make that another model, as far from the record as another seed: ``beyond_seeds`` is the comparison that
-    holds on any CPU.
-    """
-    record = load_record(grid)
-    for label in labels:
-        _check_recorded(grid, record, runs, label, "labels entry")
-    out = {}
-    for label in labels:
-        with tempfile.TemporaryDirectory() as folder, _one_thread():
-            fresh = summarise(train(replace(runs[label], out_dir=folder, progress=False)))
-            model, _ = load_model(Path(folder) / "checkpoint.pt")
-        old, new = flat_metrics(record[label]["final"]), flat_metrics(fresh["final"])
-        diffs = [abs(old[key] - new[key]) for key in old]
-        envelope = seed_range(record, label)
-        beyond = {key: max(lo - new[key], new[key] - hi, 0.0) for key, (lo, hi) in envelope.items()}
-        out[label] = {"results": fresh, "model": model.eval(), "max_abs_diff": max(diffs), "identical": old == new,
-                      "beyond_seeds": beyond, "in_training": {key for key in beyond if in_training_range(runs[label], key)}}
-    return out
 
 
 def reproduce_prefix(grid: str, runs: dict[str, TrainConfig], label: str, steps: int) -> dict[str, Any]:
@@ -235,7 +205,7 @@ def reproduce_prefix(grid: str, runs: dict[str, TrainConfig], label: str, steps:
     ``fresh`` (training loss at ``steps``), ``abs_diff``, ``identical`` and the ``seconds`` it took.
     """
     record = load_record(grid)
-    _check_recorded(grid, record, runs, label, "label")
+    _check_recorded(grid, record, runs, label)
     kept = {h["step"]: h for h in record[label]["history"]}
     if steps not in kept:
         raise ValueError(f"steps={steps} is not a step the record of {label!r} kept; kept steps include "
@@ -246,31 +216,6 @@ def reproduce_prefix(grid: str, runs: dict[str, TrainConfig], label: str, steps:
     recorded = kept[steps]["train_loss"]
     return {"recorded": recorded, "fresh": fresh["train_loss"], "abs_diff": abs(fresh["train_loss"] - recorded),
             "identical": fresh["train_loss"] == recorded, "seconds": time.perf_counter() - start}
-
-
-def seed_range(record: dict[str, dict[str, Any]], label: str) -> dict[str, tuple[float, float]]:
-    """(min, max) of every final metric over the recorded runs that differ from ``label`` only in the seed, its
-    last part (``"copy/ALiBi/0"`` → every ``"copy/ALiBi/<seed>"`` in the record); a label without a seed part
-    spans itself."""
-    head, _, tail = label.rpartition("/")
-    names = ([name for name in record if name.rpartition("/")[0] == head and name.rpartition("/")[2].isdigit()]
-             if tail.isdigit() else [label] * (label in record))
-    if not names:
-        raise ValueError(f"the record has no run {head}/<seed>; labels look like {sorted(record)[:3]}")
-    finals = [flat_metrics(record[name]["final"]) for name in names]
-    return {key: (min(f[key] for f in finals), max(f[key] for f in finals)) for key in finals[0]}
-
-
-def in_training_range(run: TrainConfig, metric: str) -> bool:
-    """Whether a metric of :func:`flat_metrics` measures what the run trained on: the training and validation loss,
-    accuracy at a size the run trained on (≤ ``train_max_size``), bits per byte at lengths up to ``seq_len``.
-    The others measure extrapolation, where another CPU's model differs from the record as much as another seed."""
-    resolved = run.resolved()
-    name, _, size = metric.partition("/")
-    if not size:
-        return True
-    limit = resolved.train_max_size if name == "accuracy_by_size" else resolved.seq_len
-    return int(size) <= limit
 
 
 def flat_metrics(final: dict[str, Any]) -> dict[str, float]:
