@@ -9,7 +9,7 @@ wall time). A chapter then calls :func:`run_grid`, which takes each run from the
 the same configuration and trains it otherwise, and :func:`reproduce_prefix`, which retrains the first steps of a
 recorded run on its own schedule and compares the training loss there with the record, so that the page itself
 shows that the record is what this code computes; the runs whose models a page probes ship as weights
-(:data:`GRID_WEIGHTS`, :func:`load_weights`).
+(``GRID_WEIGHTS``, :func:`load_weights`).
 
 Training on a CPU is deterministic for a fixed number of threads, but not across thread counts for every
 layer: the additive-bias schemes (ALiBi, T5) go through kernels whose reductions split by thread, and 600 steps
