@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from posbook.experiments import TrainConfig, sweep, tasks, train
+from posbook.experiments.corpus import load_corpus
 from posbook.experiments.trainer import evaluate, largest_train_size
 
 TINY = dict(n_layer=2, n_embd=32, n_head=4, pattern="RN")
@@ -137,6 +138,11 @@ def test_shipped_weights_and_a_retrained_prefix_match_the_record(tiny_grid, tmp_
     # The shipped weights are the recorded model: evaluated again, they give its recorded accuracy.
     assert evaluate(model, run.resolved(), None, torch.device("cpu"))["accuracy_by_size"] == \
         recorded["copy/RoPE"]["final"]["accuracy_by_size"]
+    assert sweep.reevaluate(model, run, recorded["copy/RoPE"]["final"]) == 0.0 and not model.training
+    other = sweep.load_record("tiny")["copy/NoPE"]["final"]          # another model's record is told apart
+    assert sweep.reevaluate(model, run, {**other, "accuracy_by_size": {"2": -1.0}}) >= 1.0
+    with pytest.raises(ValueError, match="recorded holds none of the metrics"):
+        sweep.reevaluate(model, run, {"train_loss": 0.1})
     with pytest.raises(ValueError, match="ships no weights"):
         sweep.load_weights("tiny", "copy/NoPE")
     with pytest.raises(ValueError, match="trained for another configuration"):
@@ -163,6 +169,11 @@ def test_a_run_can_start_from_shipped_weights_and_only_evaluate(tmp_path, monkey
     final = train(again)["final"]
     # No step taken, the same weights and the same evaluation windows: the recorded numbers.
     assert final == {k: v for k, v in recorded.items() if k != "train_loss"}
+    model, run = sweep.load_weights("tiny", "RoPE/0", source)
+    val = load_corpus(run.resolved().corpus_bytes).val
+    assert sweep.reevaluate(model, run, recorded, val) == 0.0     # non-overlapping metrics, sliding left out
+    with pytest.raises(ValueError, match="val .* is needed to re-evaluate a text run"):
+        sweep.reevaluate(model, run, recorded)
     assert sweep.run_id(again) != sweep.run_id(replace(again, init_from=None, steps=1))
     with pytest.raises(ValueError, match="init_from must be 'grid:label'"):
         replace(again, init_from="RoPE/0").resolved()

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .. import _checks
-from .trainer import TrainConfig, load_model, train
+from .trainer import TrainConfig, evaluate, load_model, text_by_position, train
 
 RECORDS = Path(__file__).resolve().parent / "records"
 # Fields that do not change what a run computes: where it writes, whether it resumes, its progress bar.
@@ -216,6 +216,29 @@ def reproduce_prefix(grid: str, runs: dict[str, TrainConfig], label: str, steps:
     recorded = kept[steps]["train_loss"]
     return {"recorded": recorded, "fresh": fresh["train_loss"], "abs_diff": abs(fresh["train_loss"] - recorded),
             "identical": fresh["train_loss"] == recorded, "seconds": time.perf_counter() - start}
+
+
+def reevaluate(model, run: TrainConfig, recorded: dict[str, Any], val: torch.Tensor | None = None) -> float:
+    """Score a model again under ``run``'s evaluation protocol, on the CPU, and return the largest |difference| from
+    ``recorded`` (a record's ``final`` metrics) over the metrics both hold: exact match at every size for the tasks;
+    for text runs (which need ``val``), loss and bits per byte at every length over non-overlapping windows, the
+    sliding-window protocol being left out as the costly part. Shipped weights re-evaluated give their record's
+    numbers: a check that the weights are the recorded run's."""
+    run = run.resolved()
+    cpu = torch.device("cpu")
+    with torch.no_grad():
+        if run.task == "text":
+            if val is None:
+                raise ValueError("val (the corpus's validation bytes) is needed to re-evaluate a text run, got None")
+            again = text_by_position(model, run, val, cpu)
+        else:
+            again = evaluate(model, run, None, cpu)
+    model.eval()                     # evaluate leaves a model in training mode
+    fresh, old = flat_metrics(again), flat_metrics(recorded)
+    shared = [key for key in fresh if key in old]
+    if not shared:
+        raise ValueError(f"recorded holds none of the metrics {sorted(fresh)}; pass a record's 'final' dict")
+    return max(abs(fresh[key] - old[key]) for key in shared)
 
 
 def flat_metrics(final: dict[str, Any]) -> dict[str, float]:

@@ -34,6 +34,7 @@ VOCAB_SIZE = 24                    # 23 tokens used, rounded up
 IGNORE = -100                      # target value that the loss and the accuracy skip
 TASKS = ("copy", "copy-distinct", "reverse", "addition", "passkey")
 PASSKEY_DIGITS = 5
+MAX_SIZE = {"copy-distinct": N_SYMBOLS}      # the largest problem size of a task that has one (n distinct symbols)
 
 
 def sequence_length(task: str, n: int) -> int:
@@ -46,13 +47,10 @@ def sequence_length(task: str, n: int) -> int:
 
 def _example(task: str, n: int, gen: torch.Generator) -> tuple[list[int], int]:
     """One example as a token list and the index where the answer starts."""
-    if task in ("copy", "reverse"):
-        x = torch.randint(0, N_SYMBOLS, (n,), generator=gen).tolist()
-        answer = x if task == "copy" else x[::-1]
-        prompt = [BOS, *x, SEP]
-    elif task == "copy-distinct":
-        x = torch.randperm(N_SYMBOLS, generator=gen)[:n].tolist()
-        answer = x
+    if task in ("copy", "copy-distinct", "reverse"):
+        x = (torch.randperm(N_SYMBOLS, generator=gen)[:n] if task == "copy-distinct" else
+             torch.randint(0, N_SYMBOLS, (n,), generator=gen)).tolist()
+        answer = x[::-1] if task == "reverse" else x
         prompt = [BOS, *x, SEP]
     elif task == "addition":
         a = torch.randint(0, 10, (n,), generator=gen).tolist()
@@ -81,11 +79,12 @@ def make_batch(task: str, sizes: list[int], generator: torch.Generator) -> tuple
     _checks.choice("task", task, TASKS)
     if not sizes:
         raise ValueError("sizes must hold at least one problem size, got an empty list")
+    limit = MAX_SIZE.get(task)
     for n in sizes:
         _checks.number("sizes entry", n, integer=True, positive=True)
-        if task == "copy-distinct" and n > N_SYMBOLS:
-            raise ValueError(f"copy-distinct draws n distinct symbols of {N_SYMBOLS}: sizes entries must be <= "
-                             f"{N_SYMBOLS}, got {n}")
+        if limit is not None and n > limit:
+            raise ValueError(f"task {task!r} has problems of size at most {limit}: sizes entries must be <= {limit}, "
+                             f"got {n}")
     examples = [_example(task, int(n), generator) for n in sizes]
     t = max(len(tokens) for tokens, _ in examples) - 1
     inputs = torch.full((len(sizes), t), PAD, dtype=torch.long)

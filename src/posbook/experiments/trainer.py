@@ -38,8 +38,8 @@ TASK_NAMES = ("text",) + tasks_lib.TASKS
 CPU_TASKS: dict[str, dict[str, Any]] = {
     task: dict(model=dict(n_layer=4, n_embd=64, n_head=4), steps=steps, batch_size=64, lr=3e-3, warmup=30,
                eval_every=steps, eval_batches=4, **extra)
-    for task, steps, extra in [("copy", 600, {}), ("copy-distinct", 600, {}), ("reverse", 600, {}), ("addition", 1000, {"train_max_size": 2}),
-                               ("passkey", 400, {})]
+    for task, steps, extra in [("copy", 600, {}), ("copy-distinct", 600, {}), ("reverse", 600, {}),
+                               ("addition", 1000, {"train_max_size": 2}), ("passkey", 400, {})]
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -134,17 +134,16 @@ class TrainConfig:
         _checks.number("lr", out.lr, positive=True)
         _checks.number("weight_decay", out.weight_decay, min_value=0)
         _checks.number("grad_clip", out.grad_clip, positive=True)
+        limit = tasks_lib.MAX_SIZE.get(out.task)            # None: a task with problems of every size
         if out.eval_sizes is None:
-            out.eval_sizes = [*range(1, 2 * out.train_max_size + 1), 3 * out.train_max_size, 4 * out.train_max_size]
-            if out.task == "copy-distinct":        # n distinct symbols: no size beyond the alphabet
-                out.eval_sizes = [size for size in out.eval_sizes if size <= tasks_lib.N_SYMBOLS]
+            out.eval_sizes = [size for size in (*range(1, 2 * out.train_max_size + 1), 3 * out.train_max_size,
+                                                4 * out.train_max_size) if limit is None or size <= limit]
         for size in out.eval_sizes:
             _checks.number("eval_sizes entry", size, integer=True, positive=True)
-        if out.task == "copy-distinct":
-            for name, size in (("train_max_size", out.train_max_size), ("eval_sizes entry", max(out.eval_sizes))):
-                if size > tasks_lib.N_SYMBOLS:
-                    raise ValueError(f"copy-distinct has {tasks_lib.N_SYMBOLS} symbols: {name} must be <= "
-                                     f"{tasks_lib.N_SYMBOLS}, got {size}")
+        for name, size in (("train_max_size", out.train_max_size), ("eval_sizes entry", max(out.eval_sizes))):
+            if limit is not None and size > limit:
+                raise ValueError(f"task {out.task!r} has problems of size at most {limit}: {name} must be <= "
+                                 f"{limit}, got {size}")
         if out.eval_seq_lens is None:
             out.eval_seq_lens = [out.seq_len, 2 * out.seq_len, 4 * out.seq_len]
         for length in out.eval_seq_lens:
