@@ -219,7 +219,7 @@ def reproduce_prefix(grid: str, runs: dict[str, TrainConfig], label: str, steps:
 
 
 def reevaluate(model, run: TrainConfig, recorded: dict[str, Any], val: torch.Tensor | None = None) -> float:
-    """Score a model again under ``run``'s evaluation protocol, on the CPU, and return the largest |difference| from
+    """Score a model again under ``run``'s evaluation protocol, on the CPU, and return the largest absolute difference from
     ``recorded`` (a record's ``final`` metrics) over the metrics both hold: exact match at every size for the tasks;
     for text runs (which need ``val``), loss and bits per byte at every length over non-overlapping windows, the
     sliding-window protocol being left out as the costly part. Shipped weights re-evaluated give their record's
