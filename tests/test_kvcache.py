@@ -92,9 +92,12 @@ def test_model_table_reproduces_the_quoted_figures(name, expected):
 # Frequencies per model (rotary_dim / 2, or head_dim / 2 for p-RoPE), read off each model's head size and rotary
 # fraction; models whose rope cannot be read from a flat dict are listed with the reason.
 ROPE_PLANES = {"Llama-2-7B": 64, "Llama-3.1-8B": 64, "Llama-3.1-405B": 64, "Qwen3-8B": 64, "Qwen3.8-27B": 32,
-               "Qwen3-Next-80B-A3B": 32, "DeepSeek-V2": 32, "DeepSeek-V3": 32, "Kimi-K2": 32, "DeepSeek-V4-Flash": 32,
+               "Qwen3-Next-80B-A3B": 32, "DeepSeek-V2": 32, "DeepSeek-V3": 32, "Kimi-K2": 32,
                "GPT-NeoX-20B": 12, "gpt-oss-120b": 32, "Gemma-2-27B": 64}
 NO_FLAT_ROPE = {"Gemma-4-31B": "one rope dict per layer type (pass layer_type)",
+                "Gemma-3-27B": "rope_local_base_freq: sliding layers have their own base (pass layer_type)",
+                "DeepSeek-V4-Flash": "compress_rope_theta: a 'main' and a 'compress' RoPE (pass layer_type)",
+                "DeepSeek-V4.1-Flash": "compress_rope_theta, as DeepSeek-V4-Flash",
                 "MiniMax-Text-01": "only head_dim and rotary_dim are recorded",
                 "Grok-2": "xAI's own YaRN-style keys (rope_type 'original'), not a transformers config"}
 

@@ -2,6 +2,8 @@
 
 One module per concern, in the order data flows through an attention layer:
 
+0. reading a model's config — :mod:`posbook.hf_config` (``read_config``: a config.json, its text or a
+   transformers ``PretrainedConfig``, in the one form the modules below read);
 1. rotary frequencies — :mod:`posbook.scaling` (``rope_parameters``: the registry of rope types and context
    extension), :mod:`posbook.spectrum` (reading a spectrum: wavelengths, turns, ramps);
 2. q and k before the logits — :mod:`posbook.norms` (RMSNorm, QK-Norm), :mod:`posbook.rope` (rotation, layouts);
@@ -35,7 +37,8 @@ from .stability import (attention_entropy, entropy_lower_bound, extremal_logits,
                         max_logits_per_head, qk_clip_, qk_clip_factors, qk_clip_mla_, softcap)
 from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, attention_costs, cache_kind, format_bytes,
                       indexer_values_per_layer, kv_cache_bytes, kv_cache_bytes_per_token, kv_cache_table,
-                      kv_values_per_layer, layer_kinds, linear_state_bytes, parse_config, without_indexer)
+                      kv_values_per_layer, layer_kinds, linear_state_bytes, without_indexer)
+from .hf_config import read_config
 from .model_configs import model_config, models
 from .score import (cosine_sum, fast_planes, normal_ks_distance, position_inversion_rate, rope_decay_bound,
                     rope_plane_terms, rope_score_by_distance, score_moments, score_term_moments, split_moments,
@@ -69,7 +72,7 @@ __all__ = [
     "qk_clip_", "qk_clip_factors", "qk_clip_mla_", "softcap",
     "KV_LAYER_TYPES", "STATE_LAYER_TYPES", "attention_costs", "cache_kind", "format_bytes", "indexer_values_per_layer",
     "kv_cache_bytes", "kv_cache_bytes_per_token", "kv_cache_table", "kv_values_per_layer", "layer_kinds",
-    "linear_state_bytes", "parse_config", "without_indexer",
+    "linear_state_bytes", "without_indexer", "read_config",
     "model_config", "models",
     # 6. measurements
     "cosine_sum", "fast_planes", "normal_ks_distance", "position_inversion_rate", "rope_decay_bound",

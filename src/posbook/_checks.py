@@ -31,13 +31,6 @@ def tensor(name: str, value: Any, *, ndim_min: int | None = None, ndim: int | No
     return value
 
 
-def config_dict(config: Any) -> Mapping[str, Any]:
-    """A model config must be a mapping (a Hugging Face ``config.json`` loaded as a dict)."""
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (Hugging Face config style), got {type(config).__name__}")
-    return config
-
-
 def finite(name: str, value: torch.Tensor) -> torch.Tensor:
     if not bool(torch.isfinite(value).all()):
         raise ValueError(f"{name} must be finite (no NaN or inf), got {_show(value)} with non-finite entries")

@@ -10,16 +10,17 @@ Per token and per attention layer a model caches
 Layers whose ``layer_types`` entry is a linear-attention or state-space layer keep a fixed-size state and no KV;
 sliding-window and chunked layers keep at most their window. Caches this arithmetic does not model (compressed
 or cross-layer-shared KV) raise an error rather than a wrong number. The configs of the models the book discusses
-live in :mod:`posbook.model_configs`.
+live in :mod:`posbook.model_configs`; every function here reads its config through
+:func:`posbook.hf_config.read_config`, so a ``config.json``, its text or a ``PretrainedConfig`` all work.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any, Mapping
 
 from . import _checks
+from .hf_config import read_config, refuse_unmodelled
 
 KV_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 """``layer_types`` entries that keep keys and values."""
@@ -37,18 +38,6 @@ def _int_key(config: Mapping[str, Any], key: str, *, required: bool = True) -> i
     return int(_checks.number(key, value, integer=True, positive=True))
 
 
-# Config keys that describe caches posbook does not model; counting without them would be wrong, not approximate.
-UNMODELLED_KEYS = {
-    "compress_ratios": "compressed KV blocks (DeepSeek-V4)",
-    "index_topk": "lightning-indexer keys cached next to the latents (DeepSeek sparse attention)",
-    "kv_source_layer_ids": "KV shared across layers",
-    "num_kv_shared_layers": "KV shared across layers (Gemma 3n/4)",
-    # DeepSeek-V4 configs may omit compress_ratios (V4-Pro in models.json); its grouped output projection still
-    # marks the compressed-KV attention family, which a plain MQA count would overstate.
-    "o_groups": "DeepSeek-V4 attention with compressed KV blocks (compress_ratios may be missing from the config)",
-}
-
-
 def kv_values_per_layer(config: Mapping[str, Any], kind: str = "full_attention") -> int:
     """Numbers cached per token by one attention layer of the given ``layer_types`` kind.
 
@@ -56,12 +45,9 @@ def kv_values_per_layer(config: Mapping[str, Any], kind: str = "full_attention")
     override head_dim and num_key_value_heads for ``"full_attention"`` layers, and ``attention_k_eq_v`` (keys
     reused as values in those layers) halves what they must keep.
     """
-    _checks.config_dict(config)
+    config = read_config(config)
     _checks.choice("kind", kind, KV_LAYER_TYPES)
-    for key, what in UNMODELLED_KEYS.items():
-        if config.get(key) not in (None, 0):
-            raise ValueError(f"config has {key!r}: {what}, which this arithmetic does not model. Remove the key "
-                             "knowingly to count only the uncompressed part")
+    refuse_unmodelled(config, "kv")
     if config.get("kv_lora_rank") is not None:
         return _int_key(config, "kv_lora_rank") + _int_key(config, "qk_rope_head_dim")
     heads = _int_key(config, "num_attention_heads")
@@ -90,6 +76,7 @@ def kv_values_per_layer(config: Mapping[str, Any], kind: str = "full_attention")
 
 def layer_kinds(config: Mapping[str, Any]) -> list[str]:
     """One ``layer_types`` entry per layer; every layer is ``"full_attention"`` when the config has none."""
+    config = read_config(config)
     n_layers = _int_key(config, "num_hidden_layers")
     kinds = config.get("layer_types")
     if kinds is None:
@@ -112,12 +99,14 @@ def kv_cache_bytes_per_token(config: Mapping[str, Any], dtype_bytes: float = 2) 
     Sliding-window and chunked layers count too: this is the cost per token while the context is shorter than
     their window. :func:`kv_cache_bytes` gives the total for a given length, with the windows applied.
     """
+    config = read_config(config)
     nbytes = _dtype_bytes(dtype_bytes)
     return sum(kv_values_per_layer(config, kind) * nbytes for kind in layer_kinds(config) if kind in KV_LAYER_TYPES)
 
 
 def kv_cache_bytes(config: Mapping[str, Any], seq_len: int, dtype_bytes: float = 2) -> float:
     """Total KV-cache bytes for one sequence of ``seq_len`` tokens; local layers keep at most their window."""
+    config = read_config(config)
     _checks.number("seq_len", seq_len, integer=True, min_value=0)
     nbytes = _dtype_bytes(dtype_bytes)
     kept = {"full_attention": lambda: seq_len,
@@ -146,36 +135,6 @@ def format_bytes(nbytes: float, digits: int = 2) -> str:
     return f"{text} {_BINARY_UNITS[unit]}"
 
 
-def parse_config(config: Mapping[str, Any] | str) -> dict[str, Any]:
-    """A Hugging Face config (a dict, or the text of a ``config.json``) made flat for this module.
-
-    The language part of a multimodal config (``text_config``) is lifted to the top level, and a hybrid config
-    that gives only ``full_attention_interval`` (every n-th layer is full attention, the rest linear attention,
-    as in Qwen3-Next and Qwen3.5) gets the ``layer_types`` list transformers derives from it. Nothing else is
-    changed; the result is a new dict.
-    """
-    if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"config must be valid JSON text, got a string that does not parse ({error})") from None
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict or the JSON text of one, got {type(config).__name__}")
-    flat = copy.deepcopy(dict(config))
-    text = flat.pop("text_config", None)
-    if text is not None:
-        if not isinstance(text, Mapping):
-            raise TypeError(f"text_config must be a dict, got {type(text).__name__}")
-        flat.update(copy.deepcopy(dict(text)))
-    interval = flat.get("full_attention_interval")
-    if flat.get("layer_types") is None and interval is not None:
-        n_layers = _int_key(flat, "num_hidden_layers")
-        every = int(_checks.number("full_attention_interval", interval, integer=True, positive=True))
-        flat["layer_types"] = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
-                               for i in range(n_layers)]
-    return flat
-
-
 def indexer_values_per_layer(config: Mapping[str, Any]) -> int:
     """Numbers a DeepSeek-sparse-attention layer caches per token for its lightning indexer, 0 without one.
 
@@ -184,7 +143,7 @@ def indexer_values_per_layer(config: Mapping[str, Any]) -> int:
     ``index_topk``. It is cached next to the MLA latent, which is why :func:`kv_values_per_layer` refuses such
     configs.
     """
-    _checks.config_dict(config)
+    config = read_config(config)
     if config.get("index_topk") in (None, 0):
         return 0
     return _int_key(config, "index_head_dim")
@@ -193,7 +152,7 @@ def indexer_values_per_layer(config: Mapping[str, Any]) -> int:
 def without_indexer(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``config`` without the lightning-indexer keys, so that :func:`kv_values_per_layer` counts the
     attention cache (the MLA latent) alone; add :func:`indexer_values_per_layer` to count what the indexer keeps."""
-    _checks.config_dict(config)
+    config = read_config(config)
     return {k: copy.deepcopy(v) for k, v in config.items() if k not in ("index_topk", "index_n_heads", "index_head_dim")}
 
 
@@ -206,7 +165,7 @@ def linear_state_bytes(config: Mapping[str, Any], dtype_bytes: float = 4) -> dic
     channels (an implementation may keep one more). Returns ``{"layers", "recurrent", "conv"}`` (bytes, whatever
     the context length; default FP32).
     """
-    _checks.config_dict(config)
+    config = read_config(config)
     nbytes = _dtype_bytes(dtype_bytes)
     layers = sum(kind == "linear_attention" for kind in layer_kinds(config))
     if layers == 0:
@@ -222,7 +181,7 @@ def linear_state_bytes(config: Mapping[str, Any], dtype_bytes: float = 4) -> dic
 def cache_kind(config: Mapping[str, Any]) -> str:
     """``"MHA"``, ``"MQA"``, ``"GQA"`` or ``"MLA"``, with ``"+ local"`` (sliding/chunked layers) or
     ``"+ linear"`` (state layers) appended for hybrids and ``"+ indexer"`` for DeepSeek sparse attention."""
-    _checks.config_dict(config)
+    config = read_config(config)
     if config.get("kv_lora_rank") is not None:
         kind = "MLA"
     else:
@@ -253,7 +212,7 @@ def kv_cache_table(config: Mapping[str, Any] | str, seq_lens: Any = DEFAULT_SEQ_
     separately at the same ``dtype_bytes``; caches this module does not model still raise ``ValueError``.
     See the chapter "Heads, head_dim and the KV cache".
     """
-    flat = parse_config(config)
+    flat = read_config(config)
     if isinstance(seq_lens, (int, float)) or not hasattr(seq_lens, "__iter__"):
         raise TypeError(f"seq_lens must be a sequence of token counts, got {type(seq_lens).__name__} {seq_lens!r}")
     seq_lens = [int(_checks.number("seq_lens entry", n, integer=True, min_value=0)) for n in seq_lens]
@@ -295,7 +254,7 @@ def attention_costs(config: Mapping[str, Any], context_len: int) -> dict[str, fl
     per-head sizes (the un-absorbed form). ``kv_values``: numbers cached per token (:func:`kv_values_per_layer`),
     which for MLA does not depend on the heads. Softmax, norms and the KV-side projections are left out.
     """
-    _checks.config_dict(config)
+    config = read_config(config)
     _checks.number("context_len", context_len, integer=True, min_value=0)
     heads, hidden = _int_key(config, "num_attention_heads"), _int_key(config, "hidden_size")
     if config.get("kv_lora_rank") is not None:

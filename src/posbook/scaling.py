@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from . import _checks
+from .hf_config import read_config, refuse_unmodelled
 
 def default_inv_freq(rotary_dim: int, rope_theta: float = 10000.0, *,
                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -90,7 +91,10 @@ def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeS
     MLA configs (DeepSeek, Kimi K2) rotate ``qk_rope_head_dim`` dimensions. If the config also gives
     ``partial_rotary_factor`` (DeepSeek-V4: head_dim 512 × 0.125), int(head_dim · factor) must equal it.
     """
-    _checks.config_dict(config)
+    config = read_config(config)
+    refuse_unmodelled(config, "rope")
+    if config.get("alibi") is True:
+        raise ValueError("config has alibi: true: this model adds ALiBi biases to its logits and has no RoPE")
     has_v5, has_legacy = "rope_parameters" in config, "rope_scaling" in config
     if has_v5 and has_legacy and config["rope_scaling"] is not None:
         raise ValueError("config must give rope_parameters (transformers v5) or rope_scaling (legacy), not both; "

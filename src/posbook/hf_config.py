@@ -1,0 +1,278 @@
+"""Reading Hugging Face configs: every form a config arrives in, made into the one flat dict posbook reads.
+
+A model's config reaches posbook as a ``config.json`` from the Hub (often in a legacy form), as its text, as the
+dict ``transformers`` writes with ``to_dict()`` (v5: ``rope_parameters``, ``layer_types``, ``per_layer_config``),
+or as a ``transformers.PretrainedConfig`` object. :func:`read_config` turns each into one flat dict with the
+standard key names, so that :mod:`posbook.scaling` and :mod:`posbook.kvcache` read one vocabulary:
+
+* a config object is read through its ``to_dict()`` (transformers is never imported here);
+* a multimodal config's language part (``text_config``) is lifted to the top level;
+* the key names older architectures use are renamed (``n_layer`` → ``num_hidden_layers``, ``rotary_pct`` →
+  ``partial_rotary_factor``, ...) and the legacy keys whose meaning transformers spreads over several settings are
+  rewritten into the standard ones (Falcon's ``multi_query``, Gemma 3's ``rope_local_base_freq``, Jamba's
+  ``attn_layer_period``, a Mistral-style ``sliding_window`` without ``layer_types``, ...), each as transformers
+  reads it;
+* a key that changes the geometry in a way posbook does not model is refused by name (``UNMODELLED_KEYS``),
+  rather than ignored: ignoring it would give a wrong number silently.
+
+The test suite holds the result equal to transformers' own modules for every architecture it ships
+(``tests/test_hf_oracle.py``): the rotary frequencies of each layer type, and the bytes a tiny instance caches.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Mapping
+
+from . import _checks
+
+# Old names of standard keys: standard name -> the names older configs use for it (GPT-2, GPT-J, BLOOM, Falcon's
+# RW era, GPT-NeoX, JetMoe, ...). A config that gives a standard key and one of its old names with a different
+# value is refused.
+KEY_ALIASES: dict[str, tuple[str, ...]] = {
+    "num_hidden_layers": ("n_layer",),
+    "num_attention_heads": ("n_head",),
+    "num_key_value_heads": ("n_head_kv",),
+    "hidden_size": ("n_embd",),
+    "max_position_embeddings": ("n_positions",),
+    "partial_rotary_factor": ("rotary_pct",),
+    "rope_theta": ("rotary_emb_base",),
+    "head_dim": ("kv_channels",),
+}
+
+# Keys whose effect posbook does not model -> (what the key does, which arithmetic it breaks: "rope", "kv" or
+# "both"). A config holding one (non-null, non-zero) is refused by the functions that would be wrong.
+UNMODELLED_KEYS: dict[str, tuple[str, str]] = {
+    "compress_ratios": ("compressed KV blocks (DeepSeek-V4)", "kv"),
+    # DeepSeek-V4 configs may omit compress_ratios; the grouped output projection still marks that family.
+    "o_groups": ("DeepSeek-V4 attention with compressed KV blocks (compress_ratios may be missing)", "kv"),
+    "index_topk": ("lightning-indexer keys cached next to the latents (DeepSeek sparse attention)", "kv"),
+    "kv_source_layer_ids": ("KV shared across layers", "kv"),
+    "num_kv_shared_layers": ("KV shared across layers (Gemma 3n/4)", "kv"),
+    "attention_head_dim": ("a head width that differs from hidden_size / num_attention_heads in shared attention "
+                           "blocks (Zamba2)", "both"),
+    "layers_block_type": ("per-layer block kinds that are not layer_types (Zamba2's shared 'hybrid' blocks)", "both"),
+    "dim_head": ("CPM-Ant's attention, whose cache also holds virtual prompt positions", "both"),
+}
+
+# Architectures whose modeling code changes the cache with no config key to read it from.
+UNMODELLED_MODEL_TYPES: dict[str, str] = {
+    "mimo_v2_flash": "its sliding-window layers keep twice num_key_value_heads (set in the modeling code, not the "
+                     "config)",
+}
+
+
+def read_config(config: Any) -> dict[str, Any]:
+    """A model config in any of the forms Hugging Face uses, as one flat dict with the standard key names.
+
+    Args:
+        config: a dict (a ``config.json`` loaded, or ``PretrainedConfig.to_dict()``), the JSON text of one, or a
+            ``transformers.PretrainedConfig``.
+
+    Returns:
+        A new dict (the input is not changed). Reading it again gives the same dict.
+
+    Raises:
+        TypeError: for anything else.
+        ValueError: for text that is not JSON, or keys that contradict each other.
+    """
+    flat = _as_dict(config)
+    text = flat.pop("text_config", None)
+    if text is not None:
+        flat.update(_as_dict(text, name="text_config"))
+    for standard, old_names in KEY_ALIASES.items():
+        for old in old_names:
+            if old in flat:
+                _rename(flat, old, standard)
+    _falcon_heads(flat)
+    _rotary_dim(flat)
+    _local_base_freq(flat)
+    _compress_rope(flat)
+    _per_layer_config(flat)
+    _layer_types(flat)
+    return flat
+
+
+def refuse_unmodelled(config: Mapping[str, Any], affects: str) -> None:
+    """Raise ValueError if ``config`` holds a key (or is an architecture) whose effect on ``affects`` ("rope" or
+    "kv") posbook does not model."""
+    for key, (what, scope) in UNMODELLED_KEYS.items():
+        if scope in (affects, "both") and config.get(key) not in (None, 0, False, [], {}):
+            raise ValueError(f"config has {key!r}: {what}, which posbook does not model. Remove the key knowingly "
+                             "to count only the standard part")
+    model_type = config.get("model_type")
+    if affects == "kv" and model_type in UNMODELLED_MODEL_TYPES:
+        raise ValueError(f"config has model_type {model_type!r}: {UNMODELLED_MODEL_TYPES[model_type]}, which posbook "
+                         "does not model")
+
+
+def _as_dict(config: Any, name: str = "config") -> dict[str, Any]:
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{name} must be valid JSON text, got a string that does not parse ({error})") from None
+    elif not isinstance(config, Mapping) and callable(getattr(config, "to_dict", None)) \
+            and hasattr(config, "model_type"):
+        config = config.to_dict()  # a transformers PretrainedConfig, read without importing transformers
+    if not isinstance(config, Mapping):
+        raise TypeError(f"{name} must be a dict, the JSON text of one, or a transformers PretrainedConfig; got "
+                        f"{type(config).__name__}")
+    return copy.deepcopy(dict(config))
+
+
+def _rename(flat: dict[str, Any], old: str, standard: str) -> None:
+    value = flat.pop(old)
+    if value is None:
+        return
+    if flat.get(standard) is not None and flat[standard] != value:
+        raise ValueError(f"config gives {standard}={flat[standard]!r} and its older name {old}={value!r}; give one")
+    flat[standard] = value
+
+
+def _falcon_heads(flat: dict[str, Any]) -> None:
+    # Falcon's RW-era keys: `multi_query: true` is one K/V head (Falcon-7B); the new decoder architecture
+    # (Falcon-40B/180B) has `num_kv_heads` K/V groups. Otherwise every head has its own K/V. GPT-BigCode's
+    # `multi_query` means one K/V head too.
+    kv_heads, multi_query = flat.pop("num_kv_heads", None), flat.pop("multi_query", None)
+    if multi_query is not None and not isinstance(multi_query, bool):
+        raise TypeError(f"multi_query must be a bool, got {type(multi_query).__name__} {multi_query!r}")
+    if flat.get("num_key_value_heads") is not None:
+        return
+    if flat.get("new_decoder_architecture"):
+        if kv_heads is not None:
+            flat["num_key_value_heads"] = kv_heads
+    elif multi_query:
+        flat["num_key_value_heads"] = 1
+    elif multi_query is False and flat.get("num_attention_heads") is not None:
+        flat["num_key_value_heads"] = flat["num_attention_heads"]
+
+
+def _rotary_dim(flat: dict[str, Any]) -> None:
+    # GPT-J, CodeGen and MiniMax give the rotated width in dimensions, not as a fraction of the head.
+    rotary_dim = flat.pop("rotary_dim", None)
+    if rotary_dim is None:
+        return
+    _checks.number("rotary_dim", rotary_dim, integer=True, positive=True)
+    head_dim = flat.get("head_dim")
+    if head_dim is None and flat.get("hidden_size") and flat.get("num_attention_heads"):
+        head_dim = flat["hidden_size"] // flat["num_attention_heads"]
+    if not head_dim:
+        raise ValueError(f"config gives rotary_dim={rotary_dim} but no head_dim (nor hidden_size and "
+                         "num_attention_heads) to read it against")
+    partial = rotary_dim / head_dim
+    rope = flat.get("rope_parameters")
+    given = flat.get("partial_rotary_factor", rope.get("partial_rotary_factor") if isinstance(rope, Mapping) else None)
+    if given is not None and int(head_dim * given) != rotary_dim:
+        raise ValueError(f"config gives rotary_dim={rotary_dim} and partial_rotary_factor={given!r} (head_dim "
+                         f"{head_dim}), which disagree")
+    if given is None:
+        flat["partial_rotary_factor"] = partial
+
+
+def _rope_dict(flat: Mapping[str, Any]) -> dict[str, Any] | None:
+    rope = flat.get("rope_parameters") if flat.get("rope_parameters") is not None else flat.get("rope_scaling")
+    return dict(rope) if isinstance(rope, Mapping) else None
+
+
+def _local_base_freq(flat: dict[str, Any]) -> None:
+    # Gemma 3's config.json: sliding layers turn at their own base, `rope_local_base_freq`, with no scaling; the
+    # rope_theta and rope_scaling at the top level are the global layers' (transformers' Gemma 3 config writes
+    # exactly this split into per-layer-type rope_parameters).
+    local = flat.pop("rope_local_base_freq", None)
+    if local is None:
+        return
+    rope = _rope_dict(flat) or {}
+    if any(isinstance(v, Mapping) for v in rope.values()):
+        sliding = rope.get("sliding_attention") or {}
+        if sliding.get("rope_theta") not in (None, local):
+            raise ValueError(f"config gives rope_local_base_freq={local!r} and a sliding_attention rope_theta of "
+                             f"{sliding['rope_theta']!r}; give one")
+        return
+    full = {**rope, "rope_theta": rope.get("rope_theta", flat.pop("rope_theta", None))}
+    if full["rope_theta"] is None:
+        raise ValueError("config gives rope_local_base_freq (the sliding layers' base) but no rope_theta for the "
+                         "global layers")
+    flat.pop("rope_theta", None)
+    flat.pop("rope_scaling", None)
+    flat["rope_parameters"] = {"full_attention": full,
+                               "sliding_attention": {"rope_type": "default", "rope_theta": local}}
+
+
+def _compress_rope(flat: dict[str, Any]) -> None:
+    # DeepSeek-V4's config.json: one flat rope dict (yarn) and a second base, `compress_rope_theta`. transformers
+    # splits them by RoPE label, not by layer type: "main" is plain RoPE at rope_theta, "compress" (the compressed
+    # branches) is the yarn dict at compress_rope_theta with attention_factor 1 (V4 does not scale cos and sin).
+    compress_theta = flat.pop("compress_rope_theta", None)
+    if compress_theta is None:
+        return
+    rope = _rope_dict(flat) or {}
+    if isinstance(rope.get("main"), Mapping) and isinstance(rope.get("compress"), Mapping):
+        return
+    partial = flat.get("partial_rotary_factor", rope.get("partial_rotary_factor"))
+    if partial is None and flat.get("qk_rope_head_dim") and flat.get("head_dim"):
+        partial = flat["qk_rope_head_dim"] / flat["head_dim"]
+    shared = {} if partial is None else {"partial_rotary_factor": partial}
+    main = {"rope_type": "default", "rope_theta": rope.get("rope_theta", flat.get("rope_theta")), **shared}
+    compress = {**rope, "rope_theta": compress_theta, **shared}
+    compress.setdefault("rope_type", compress.pop("type", "default"))
+    if compress["rope_type"] == "yarn":
+        compress.setdefault("attention_factor", 1.0)
+    for key in ("rope_theta", "rope_scaling", "partial_rotary_factor"):
+        flat.pop(key, None)
+    flat["rope_parameters"] = {"main": main, "compress": compress}
+
+
+def _per_layer_config(flat: dict[str, Any]) -> None:
+    # transformers 5 writes Gemma 4's global layers as per-layer overrides {"05": {"head_dim": 512}, ...}.
+    # posbook models per-layer-type geometry, so the overrides must be those of every full-attention layer alike.
+    overrides = flat.pop("per_layer_config", None)
+    if not overrides:
+        return
+    if not isinstance(overrides, Mapping):
+        raise TypeError(f"per_layer_config must be a dict of layer index -> overrides, got {overrides!r}")
+    kinds = flat.get("layer_types") or []
+    layers = {int(i) for i in overrides}
+    full = {i for i, kind in enumerate(kinds) if kind == "full_attention"}
+    values = {json.dumps(v, sort_keys=True) for v in overrides.values()}
+    names = {"head_dim": "global_head_dim", "num_key_value_heads": "num_global_key_value_heads"}
+    if layers != full or len(values) != 1 or set(next(iter(overrides.values()))) - set(names):
+        raise ValueError("config has per_layer_config overrides that are not one head_dim/num_key_value_heads "
+                         f"shared by every full_attention layer, which posbook does not model; got {overrides!r}")
+    for key, value in next(iter(overrides.values())).items():
+        if flat.get(names[key]) not in (None, value):
+            raise ValueError(f"config gives {names[key]}={flat[names[key]]!r} and per_layer_config {key}={value!r}")
+        flat[names[key]] = value
+
+
+def _layer_types(flat: dict[str, Any]) -> None:
+    # Configs that describe their layers without `layer_types`, rewritten as transformers derives it.
+    if flat.get("layer_types") is not None:
+        return
+    n = flat.get("num_hidden_layers")
+    interval, period = flat.get("full_attention_interval"), flat.get("attn_layer_period")
+    window = flat.get("sliding_window")
+    if interval is not None:  # Qwen3-Next / Qwen3.5: every n-th layer full attention, the rest linear attention
+        every = int(_checks.number("full_attention_interval", interval, integer=True, positive=True))
+        kinds = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(_layers(n))]
+    elif period is not None:  # Jamba: attention in layer i when i % period == offset, Mamba elsewhere
+        _checks.number("attn_layer_period", period, integer=True, positive=True)
+        offset = _checks.number("attn_layer_offset", flat.get("attn_layer_offset", 0), integer=True, min_value=0)
+        kinds = ["full_attention" if i % period == offset else "mamba" for i in range(_layers(n))]
+    elif window:
+        if "use_sliding_window" in flat:  # Qwen2: the window only if switched on, from layer max_window_layers on
+            start = flat.get("max_window_layers") or 0
+            on = flat["use_sliding_window"]
+            kinds = ["sliding_attention" if on and i >= start else "full_attention" for i in range(_layers(n))]
+        else:  # Mistral-style: one window on every layer
+            kinds = ["sliding_attention"] * _layers(n)
+    else:
+        return
+    flat["layer_types"] = kinds
+
+
+def _layers(n: Any) -> int:
+    if n is None:
+        raise ValueError("config must give num_hidden_layers to lay out its layer kinds, got none")
+    return int(_checks.number("num_hidden_layers", n, integer=True, positive=True))
