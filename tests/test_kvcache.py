@@ -32,13 +32,14 @@ def test_hybrid_layers_without_kv_cost_nothing():
     assert pb.kv_cache_bytes_per_token(dict(config, layer_types=["mamba"] * 8)) == 0
 
 
-def test_sliding_and_chunked_layers_keep_their_window():
+def test_sliding_and_chunked_layers_keep_window_minus_one():
     config = dict(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1, head_dim=32, sliding_window=128,
                   attention_chunk_size=256,
                   layer_types=["sliding_attention", "chunked_attention", "full_attention", "sliding_attention"])
     per_layer = 2 * 32 * 2
     assert pb.kv_cache_bytes(config, 100) == 4 * 100 * per_layer
-    assert pb.kv_cache_bytes(config, 10_000) == (128 + 256 + 10_000 + 128) * per_layer
+    # the next query attends to itself and window − 1 cached tokens, as transformers keeps them
+    assert pb.kv_cache_bytes(config, 10_000) == (127 + 255 + 10_000 + 127) * per_layer
     assert pb.kv_cache_bytes_per_token(config) == 4 * per_layer
 
 

@@ -105,13 +105,19 @@ def kv_cache_bytes_per_token(config: Mapping[str, Any], dtype_bytes: float = 2) 
 
 
 def kv_cache_bytes(config: Mapping[str, Any], seq_len: int, dtype_bytes: float = 2) -> float:
-    """Total KV-cache bytes for one sequence of ``seq_len`` tokens; local layers keep at most their window."""
+    """KV-cache bytes one sequence holds after ``seq_len`` tokens, ready for the next token.
+
+    Full-attention layers keep all ``seq_len`` keys and values. A sliding-window layer keeps the last
+    ``sliding_window − 1``: the next query attends to itself and those (a window of W includes the query). A
+    chunked layer keeps at most ``attention_chunk_size − 1``, the most its current chunk can hold before the query.
+    These are the tokens transformers' sliding-window cache layer keeps for both kinds.
+    """
     config = read_config(config)
     _checks.number("seq_len", seq_len, integer=True, min_value=0)
     nbytes = _dtype_bytes(dtype_bytes)
     kept = {"full_attention": lambda: seq_len,
-            "sliding_attention": lambda: min(seq_len, _int_key(config, "sliding_window")),
-            "chunked_attention": lambda: min(seq_len, _int_key(config, "attention_chunk_size"))}
+            "sliding_attention": lambda: min(seq_len, _int_key(config, "sliding_window") - 1),
+            "chunked_attention": lambda: min(seq_len, _int_key(config, "attention_chunk_size") - 1)}
     return sum(kv_values_per_layer(config, kind) * nbytes * kept[kind]()
                for kind in layer_kinds(config) if kind in KV_LAYER_TYPES)
 

@@ -110,6 +110,9 @@ def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeS
             raise ValueError(f"config holds one rope dict per layer type; pass layer_type, one of {sorted(rope)}")
         _checks.choice("layer_type", layer_type, sorted(rope))
         rope = rope[layer_type]
+        if rope is None:
+            raise ValueError(f"layer_type {layer_type!r} has no RoPE (its rope dict is null: the layer uses no "
+                             "position encoding)")
     elif layer_type is not None:
         _checks.choice("layer_type", layer_type, ("full_attention", "sliding_attention", "chunked_attention"))
 

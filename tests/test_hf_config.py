@@ -1,0 +1,109 @@
+"""posbook.hf_config.read_config: every config form read into the standard keys (tests/test_hf_oracle.py holds the
+results equal to transformers' own modules; these pin each rewrite on its own, without transformers)."""
+
+import json
+
+import pytest
+
+import posbook as pb
+from posbook.hf_config import read_config
+
+GEMMA3_HUB = {"model_type": "gemma3_text", "hidden_size": 2560, "num_attention_heads": 8, "num_key_value_heads": 4,
+              "head_dim": 256, "num_hidden_layers": 6, "sliding_window": 1024, "rope_theta": 1e6,
+              "rope_local_base_freq": 1e4, "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+              "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}
+
+
+def test_gemma3_sliding_layers_turn_at_their_own_base_without_the_global_scaling():
+    sliding, _ = pb.rope_parameters(GEMMA3_HUB, layer_type="sliding_attention")
+    full, _ = pb.rope_parameters(GEMMA3_HUB, layer_type="full_attention")
+    assert sliding[0] == 1.0 and sliding[1] == pytest.approx(1e4 ** (-2 / 256))
+    assert full[0] == 1 / 8 and full[1] == pytest.approx(1e6 ** (-2 / 256) / 8)
+    with pytest.raises(ValueError, match="pass layer_type"):
+        pb.rope_parameters(GEMMA3_HUB)
+
+
+def test_falcon_multi_query_is_one_kv_head_and_the_new_architecture_reads_num_kv_heads():
+    falcon7b = {"model_type": "falcon", "hidden_size": 4544, "n_head": 71, "n_layer": 32, "multi_query": True,
+                "new_decoder_architecture": False}
+    assert pb.kv_cache_bytes_per_token(falcon7b) == 32 * 1 * 2 * 64 * 2
+    falcon40b = {"model_type": "falcon", "hidden_size": 8192, "num_attention_heads": 128, "num_kv_heads": 8,
+                 "num_hidden_layers": 60, "new_decoder_architecture": True}
+    assert pb.kv_cache_bytes_per_token(falcon40b) == 60 * 8 * 2 * 64 * 2
+    rw = dict(falcon7b, multi_query=False)
+    assert pb.kv_cache_bytes_per_token(rw) == 32 * 71 * 2 * 64 * 2
+    with pytest.raises(TypeError, match="multi_query must be a bool"):
+        read_config(dict(falcon7b, multi_query="yes"))
+
+
+def test_old_key_names_are_renamed_and_contradictions_refused():
+    gptj = {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "n_layer": 28, "rotary_dim": 64, "n_positions": 2048}
+    flat = read_config(gptj)
+    assert (flat["hidden_size"], flat["num_attention_heads"], flat["num_hidden_layers"]) == (4096, 16, 28)
+    assert flat["partial_rotary_factor"] == 0.25 and "n_embd" not in flat
+    pythia = {"hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 24, "rotary_pct": 0.25,
+              "rotary_emb_base": 10000}
+    assert pb.rope_spec(pythia).rotary_dim == 32
+    with pytest.raises(ValueError, match="n_layer=12"):
+        read_config({"num_hidden_layers": 24, "n_layer": 12})
+
+
+def test_layer_types_derived_as_transformers_does():
+    base = {"num_hidden_layers": 4, "num_attention_heads": 4, "head_dim": 8}
+    assert read_config(dict(base, sliding_window=16))["layer_types"] == ["sliding_attention"] * 4  # Mistral
+    qwen2_off = dict(base, sliding_window=16, use_sliding_window=False, max_window_layers=2)
+    assert read_config(qwen2_off)["layer_types"] == ["full_attention"] * 4
+    qwen2_on = dict(qwen2_off, use_sliding_window=True)
+    assert read_config(qwen2_on)["layer_types"] == ["full_attention"] * 2 + ["sliding_attention"] * 2
+    jamba = dict(base, num_hidden_layers=8, attn_layer_period=8, attn_layer_offset=4)
+    assert pb.layer_kinds(jamba) == ["mamba"] * 4 + ["full_attention"] + ["mamba"] * 3
+
+
+def test_gemma4_per_layer_config_becomes_the_global_head_geometry():
+    config = {"num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+              "sliding_window": 512, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+              "per_layer_config": {"02": {"head_dim": 512}}}
+    assert pb.kv_values_per_layer(config, "full_attention") == 4 * 2 * 512
+    uneven = dict(config, per_layer_config={"00": {"head_dim": 512}})
+    with pytest.raises(ValueError, match="per_layer_config"):
+        read_config(uneven)
+
+
+def test_deepseek_v4_compress_rope_is_its_own_spectrum():
+    v4 = pb.model_config("DeepSeek-V4-Flash")
+    main, main_factor = pb.rope_parameters(v4, layer_type="main")
+    compress, compress_factor = pb.rope_parameters(v4, layer_type="compress")
+    assert main[1] == pytest.approx(1e4 ** (-2 / 64)) and main_factor == 1.0
+    assert compress_factor == 1.0 and compress[-1] < main[-1] * 10000 ** (-2 / 64)  # base 160,000 and ×16 on the slow end
+
+
+def test_config_objects_and_json_text_read_like_their_dict():
+    class Config:  # what posbook reads of a transformers PretrainedConfig
+        model_type = "llama"
+
+        def to_dict(self):
+            return {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+                    "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}
+
+    as_dict = Config().to_dict()
+    assert read_config(Config()) == read_config(as_dict) == read_config(json.dumps(as_dict))
+    assert pb.kv_cache_bytes_per_token(Config()) == pb.kv_cache_bytes_per_token(as_dict)
+    assert read_config(read_config(GEMMA3_HUB)) == read_config(GEMMA3_HUB)
+    with pytest.raises(TypeError, match="PretrainedConfig"):
+        read_config(42)
+    with pytest.raises(ValueError, match="valid JSON"):
+        read_config("{not json")
+
+
+@pytest.mark.parametrize("key", ["attention_head_dim", "layers_block_type", "dim_head"])
+def test_keys_posbook_does_not_model_are_refused_by_name(key):
+    config = {"num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 8, "rope_theta": 1e4, key: 16}
+    with pytest.raises(ValueError, match=key):
+        pb.kv_cache_bytes_per_token(config)
+    with pytest.raises(ValueError, match=key):
+        pb.rope_parameters(config)
+
+
+def test_alibi_models_have_no_rope():
+    with pytest.raises(ValueError, match="ALiBi"):
+        pb.rope_parameters({"hidden_size": 64, "num_attention_heads": 4, "rope_theta": 1e4, "alibi": True})
