@@ -307,3 +307,109 @@ def test_helper_threads_take_blocks_with_the_callers_modes(mode):
     assert sorted(i for i, *_ in seen) == list(range(20))
     assert len({thread for _, thread, *_ in seen}) == 2
     assert {(grad, inference) for *_, grad, inference in seen} == {(mode == "grad", mode == "inference")}
+
+
+# --- multimodal RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) against Hugging Face's rotary modules --------------------------
+
+def qwen_vl_rotary(family, head_dim, section, rope_theta=1e6):
+    """Hugging Face's text rotary module for a tiny Qwen-VL config, and the same config as a plain dict."""
+    if family == "qwen2_vl":
+        from transformers import Qwen2VLTextConfig as Config
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding as Rotary
+        rope = {"type": "mrope", "mrope_section": list(section)}        # the Hub config.json's legacy form
+    else:
+        from transformers import Qwen3VLTextConfig as Config
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding as Rotary
+        rope = {"rope_type": "default", "mrope_section": list(section), "mrope_interleaved": True}
+    config = dict(hidden_size=4 * head_dim, num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim,
+                  rope_theta=rope_theta, rope_scaling=rope)
+    return Rotary(Config(**{**config, "rope_scaling": dict(rope)})), config
+
+
+def thw_positions(batch, t, gen):
+    """Random time/height/width position ids [3, B, T], as an image or video grid gives them (rows differ)."""
+    return torch.randint(0, 2048, (3, batch, t), generator=gen)
+
+
+@pytest.mark.parametrize("family, head_dim, section", [
+    ("qwen2_vl", 32, (4, 6, 6)), ("qwen2_vl", 128, (16, 24, 24)),      # Qwen2-VL / Qwen2.5-VL: [16, 24, 24]
+    ("qwen3_vl", 32, (6, 5, 5)), ("qwen3_vl", 128, (24, 20, 20)),      # Qwen3-VL: [24, 20, 20]
+])
+def test_mrope_matches_hugging_face(family, head_dim, section):
+    hf_rotary, config = qwen_vl_rotary(family, head_dim, section)
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import apply_rotary_pos_emb
+
+    layout = pb.mrope_layout(config)
+    assert layout == (section, family == "qwen3_vl")
+    inv_freq, attention_factor = pb.rope_parameters(config)
+    torch.testing.assert_close(inv_freq, hf_rotary.inv_freq, rtol=2e-6, atol=0)
+    gen = torch.Generator().manual_seed(head_dim)
+    position_ids = thw_positions(2, 37, gen)
+    q, k = torch.randn(2, 4, 37, head_dim, generator=gen), torch.randn(2, 2, 37, head_dim, generator=gen)
+    hf_cos, hf_sin = hf_rotary(q, position_ids)
+    q_hf, k_hf = apply_rotary_pos_emb(q, k, hf_cos, hf_sin)
+    # Given Hugging Face's float32 spectrum (posbook's differs by ulps, which at position 2000 moves angles ~1e-4):
+    # every plane must take its angle from the position row Hugging Face gives it.
+    mrope = dict(mrope_section=layout[0], mrope_interleaved=layout[1], attention_factor=attention_factor)
+    cos, sin = pb.rope_cos_sin(position_ids, hf_rotary.inv_freq, **mrope)
+    assert cos.shape == (2, 37, head_dim)
+    torch.testing.assert_close(cos, hf_cos, rtol=0, atol=1e-6)
+    torch.testing.assert_close(sin, hf_sin, rtol=0, atol=1e-6)
+    torch.testing.assert_close(pb.apply_rope(q, cos[:, None], sin[:, None]), q_hf, rtol=0, atol=1e-6)
+    torch.testing.assert_close(pb.apply_rope(k, cos[:, None], sin[:, None]), k_hf, rtol=0, atol=1e-6)
+    # One sequence [3, T] is the batch's row; the three rows really differ, so a wrong assignment cannot pass.
+    cos0, _ = pb.rope_cos_sin(position_ids[:, 0], hf_rotary.inv_freq, **mrope)
+    torch.testing.assert_close(cos0, hf_cos[0], rtol=0, atol=1e-6)
+    plain, _ = pb.rope_cos_sin(position_ids[0, 0], hf_rotary.inv_freq, attention_factor=attention_factor)
+    assert (plain - cos0).abs().max() > 0.5
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_mrope_with_text_positions_is_plain_rope(family):
+    hf_rotary, config = qwen_vl_rotary(family, 64, (8, 12, 12) if family == "qwen2_vl" else (12, 10, 10))
+    section, interleaved = pb.mrope_layout(config)
+    positions = torch.arange(50)
+    plain = pb.rope_cos_sin(positions, hf_rotary.inv_freq)
+    for text in (positions, positions.expand(3, -1)):
+        got = pb.rope_cos_sin(text, hf_rotary.inv_freq, mrope_section=section, mrope_interleaved=interleaved)
+        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
+    hf_cos, _ = hf_rotary(torch.zeros(1), positions.expand(3, 1, -1))
+    torch.testing.assert_close(plain[0], hf_cos[0], rtol=0, atol=1e-6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n_planes=st.integers(1, 48), cut=st.tuples(st.floats(0, 1), st.floats(0, 1)), interleaved=st.booleans())
+def test_mrope_plane_axes_is_hugging_faces_assignment(n_planes, cut, interleaved):
+    """Which row each plane reads, read off Hugging Face's recomposition (fed each row's index as its "angle"),
+    for any section: equal where posbook accepts it, and the interleaved sections posbook refuses are exactly those
+    where Hugging Face's rule gives an axis fewer planes than the section states."""
+    hf_rotary, _ = qwen_vl_rotary("qwen3_vl" if interleaved else "qwen2_vl", 2 * n_planes, (n_planes, 0, 0))
+    a, b = sorted(round(c * n_planes) for c in cut)
+    section = [a, b - a, n_planes - b]
+    hf_rotary.mrope_section = section
+    rows = torch.arange(3.0)[:, None, None, None].expand(3, 1, 1, n_planes).clone()
+    hf_axes = hf_rotary.recomposition_frequencies(rows)[0, 0, :n_planes].long()
+    if interleaved and torch.bincount(hf_axes, minlength=3).tolist() != section:
+        with pytest.raises(ValueError, match="cannot be interleaved"):
+            pb.mrope_plane_axes(section, n_planes, interleaved=True)
+    else:
+        assert torch.equal(pb.mrope_plane_axes(section, n_planes, interleaved=interleaved), hf_axes)
+
+
+def test_mrope_plane_axes_small_examples():
+    assert pb.mrope_plane_axes([2, 3, 3], 8).tolist() == [0, 0, 1, 1, 1, 2, 2, 2]
+    assert pb.mrope_plane_axes([4, 2, 2], 8, interleaved=True).tolist() == [0, 1, 2, 0, 1, 2, 0, 0]
+    axes = pb.mrope_plane_axes([24, 20, 20], 64, interleaved=True)
+    assert torch.bincount(axes).tolist() == [24, 20, 20] and axes[-4:].tolist() == [0, 0, 0, 0]
+
+
+def test_mrope_layouts_agree_after_permutation():
+    """The plane-to-row assignment is made before the memory layout, so the interleaved layout's tables are the
+    half layout's, permuted (interleaved_to_half)."""
+    gen = torch.Generator().manual_seed(1)
+    positions, inv_freq = thw_positions(1, 9, gen)[:, 0], pb.default_inv_freq(16, dtype=F64)
+    kw = dict(mrope_section=[4, 2, 2], mrope_interleaved=True, dtype=F64)
+    half = pb.rope_cos_sin(positions, inv_freq, **kw)
+    interleaved = pb.rope_cos_sin(positions, inv_freq, layout="interleaved", **kw)
+    assert torch.equal(pb.interleaved_to_half(interleaved[0]), half[0])
+    assert torch.equal(pb.interleaved_to_half(interleaved[1]), half[1])

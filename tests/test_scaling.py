@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaConfig
+from transformers import LlamaConfig, Phi3Config
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
 
@@ -15,11 +15,15 @@ import posbook as pb
 
 # HF raises the base to float32 exponents; posbook rounds a float64 spectrum once. A few float32 ulps apart.
 RTOL = 2e-6
+F64 = torch.float64
 
 
 def hf(config: dict, seq_len=None):
     """Hugging Face's (inv_freq, attention_factor) for the same plain config dict."""
-    cfg = LlamaConfig(**copy.deepcopy(config))
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    # Phi3Config is the config class that reads longrope's top-level original_max_position_embeddings.
+    config_class = Phi3Config if "longrope" in (rope.get("rope_type"), rope.get("type")) else LlamaConfig
+    cfg = config_class(**copy.deepcopy(config))
     rope_type = cfg.rope_parameters["rope_type"]
     if rope_type == "default":
         # Llama's default rule ignores partial_rotary_factor; GPT-NeoX's (the origin of partial RoPE) reads it.
@@ -28,6 +32,42 @@ def hf(config: dict, seq_len=None):
 
 
 BASE = dict(hidden_size=1024, num_attention_heads=8, max_position_embeddings=4096)
+
+
+def longrope_factors(n_planes: int, top: float) -> tuple[list[float], list[float]]:
+    """Made-up but Phi-3-shaped per-plane factors: short near 1, long rising from 1 on the fast planes to `top`."""
+    grid = [i / (n_planes - 1) for i in range(n_planes)]
+    return [round(1.0 + 0.05 * g ** 2, 6) for g in grid], [round(top ** (g ** 1.5), 6) for g in grid]
+
+
+PHI3 = dict(hidden_size=3072, num_attention_heads=32, max_position_embeddings=131072,
+            original_max_position_embeddings=4096)
+SHORT48, LONG48 = longrope_factors(48, 25.0)
+SHORT64, LONG64 = longrope_factors(64, 40.0)
+LONGROPE = {
+    # Phi-3-mini-128k-instruct's config.json form: legacy rope_scaling, the original length at the top level.
+    "longrope-phi3-mini-128k": dict(PHI3, rope_theta=1e4, rope_scaling={
+        "type": "longrope", "short_factor": SHORT48, "long_factor": LONG48}),
+    # Phi-3.5-mini in the transformers-v5 form, everything inside rope_parameters.
+    "longrope-phi3.5-mini-v5": dict(hidden_size=3072, num_attention_heads=32, max_position_embeddings=131072,
+                                    rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                                                     "short_factor": SHORT48, "long_factor": LONG48,
+                                                     "original_max_position_embeddings": 4096}),
+    # Phi-4-mini: 24 heads of 128, partial_rotary_factor 0.75, so 96 rotary dims and 48 factors per list.
+    "longrope-phi4-mini": dict(PHI3, num_attention_heads=24, partial_rotary_factor=0.75, rope_theta=1e4,
+                               rope_scaling={"type": "longrope", "short_factor": SHORT48, "long_factor": LONG48}),
+    "longrope-phi4-mini-v5": dict(PHI3, num_attention_heads=24, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 1e4, "partial_rotary_factor": 0.75, "short_factor": SHORT48,
+        "long_factor": LONG48, "original_max_position_embeddings": 4096}),
+    # Phi-3-medium-128k: heads of 128, 64 factors per list.
+    "longrope-phi3-medium-128k": dict(PHI3, hidden_size=5120, num_attention_heads=40, rope_theta=1e4, rope_scaling={
+        "type": "longrope", "short_factor": SHORT64, "long_factor": LONG64}),
+    "longrope-given-factor": dict(PHI3, rope_theta=1e4, rope_scaling={
+        "type": "longrope", "short_factor": SHORT48, "long_factor": LONG48, "factor": 8.0}),
+    "longrope-given-attention-factor": dict(PHI3, rope_theta=5e5, rope_scaling={
+        "rope_type": "longrope", "short_factor": SHORT48, "long_factor": LONG48, "factor": 32.0,
+        "attention_factor": 1.125}),
+}
 
 CONFIGS = {
     "default-legacy": dict(BASE, rope_theta=10_000.0),
@@ -70,6 +110,7 @@ CONFIGS = {
                               rope_theta=5e5, rope_scaling={"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
                                                             "high_freq_factor": 1.0,
                                                             "original_max_position_embeddings": 8192}),
+    **LONGROPE,
     "proportional-quarter": dict(BASE, head_dim=256, rope_parameters={
         "rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25}),
     "proportional-full-factor": dict(BASE, head_dim=128, rope_parameters={
@@ -262,3 +303,114 @@ def test_a_new_rope_type_is_one_entry_of_the_registry(monkeypatch):
         pb.rope_parameters({**config, "rope_scaling": {"rope_type": "halved", "by": 2.0, "factor": 4.0}})
     for name, rope_type in pb.ROPE_TYPES.items():
         assert rope_type.name == name and callable(rope_type.rule)
+
+
+@pytest.mark.parametrize("seq_len", [1, 4095, 4096, 4097, 32_768, 131_072, 200_000])
+@pytest.mark.parametrize("name", sorted(LONGROPE))
+def test_longrope_matches_hugging_face_at_every_length(name, seq_len):
+    config = LONGROPE[name]
+    inv_freq, attention_factor = pb.rope_parameters(config, seq_len=seq_len)
+    hf_inv_freq, hf_attention_factor = hf(config, seq_len)
+    torch.testing.assert_close(inv_freq, hf_inv_freq, rtol=RTOL, atol=0)
+    assert attention_factor == pytest.approx(hf_attention_factor, rel=1e-12)
+
+
+def test_longrope_divides_by_short_factors_up_to_the_original_length_and_by_long_factors_beyond():
+    config = LONGROPE["longrope-phi4-mini"]
+    theta = pb.default_inv_freq(96, 1e4, dtype=torch.float64)
+    short, long = torch.tensor(SHORT48, dtype=F64), torch.tensor(LONG48, dtype=F64)
+    for seq_len in (None, 1, 4096):
+        torch.testing.assert_close(pb.rope_parameters(config, seq_len, dtype=F64)[0], theta / short,
+                                   rtol=1e-15, atol=0)
+    for seq_len in (4097, 131_072, 10 ** 7):
+        torch.testing.assert_close(pb.rope_parameters(config, seq_len, dtype=F64)[0], theta / long,
+                                   rtol=1e-15, atol=0)
+    # Long factors start at 1: the fastest plane is never rescaled, the slowest is divided by 25.
+    ratio = pb.frequency_ratio(config, 4097)
+    assert ratio[0].item() == 1.0 and ratio[-1].item() == pytest.approx(1 / 25, rel=1e-12)
+
+
+def test_longrope_attention_factor_is_the_papers_formula():
+    # Phi-3 configs have no factor: s = 131072 / 4096 = 32 = 2^5 and ln s / ln 4096 = 5/12.
+    assert pb.rope_parameters(LONGROPE["longrope-phi3-mini-128k"])[1] == pytest.approx(math.sqrt(17 / 12), rel=1e-15)
+    # A given factor wins over the length ratio: 8 = 2^3 gives 3/12.
+    assert pb.rope_parameters(LONGROPE["longrope-given-factor"])[1] == pytest.approx(math.sqrt(1.25), rel=1e-15)
+    # A given attention_factor wins over both, and the factor does not depend on seq_len.
+    for seq_len in (None, 100, 100_000):
+        assert pb.rope_parameters(LONGROPE["longrope-given-attention-factor"], seq_len)[1] == 1.125
+    # No extension at all: max_position_embeddings == original_max_position_embeddings.
+    short_only = dict(LONGROPE["longrope-phi3-mini-128k"], max_position_embeddings=4096)
+    assert pb.rope_parameters(short_only)[1] == 1.0
+
+
+def test_longrope_reads_both_forms_alike():
+    legacy, v5 = pb.rope_spec(LONGROPE["longrope-phi4-mini"]), pb.rope_spec(LONGROPE["longrope-phi4-mini-v5"])
+    assert legacy == v5
+    assert (v5.rope_type, v5.head_dim, v5.rotary_dim, v5.params["original_max_position_embeddings"]) == (
+        "longrope", 128, 96, 4096)
+    # The v5 form without any original length falls back to max_position_embeddings, as Hugging Face does.
+    no_original = dict(hidden_size=3072, num_attention_heads=32, max_position_embeddings=4096, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 1e4, "short_factor": SHORT48, "long_factor": LONG48})
+    assert pb.rope_spec(no_original).params["original_max_position_embeddings"] == 4096
+
+
+@pytest.mark.parametrize("name", ["longrope-phi3-mini-128k", "longrope-phi4-mini", "longrope-phi3-medium-128k"])
+def test_longrope_matches_the_phi3_rotary_module_as_positions_grow(name):
+    """Phi3RotaryEmbedding picks its factor set at every forward from max(position_ids) + 1 over the whole batch
+    (transformers' dynamic_rope_update); rope_parameters gives the same spectrum when passed that seq_len."""
+    from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
+
+    config = LONGROPE[name]
+    module = Phi3RotaryEmbedding(Phi3Config(**copy.deepcopy(config)))
+    short, attention_factor = pb.rope_parameters(config)
+    long, _ = pb.rope_parameters(config, seq_len=8192)
+    assert (long / short).min() < 0.1          # the two sets are far apart: picking the wrong one cannot pass
+    x = torch.zeros(1, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.arange(4096).expand(2, -1),                                        # exactly the original
+               torch.stack([torch.arange(512), torch.randint(4000, 9000, (512,), generator=gen)]),  # one row long
+               torch.arange(100, 612)[None]]                                            # back to short
+    for position_ids in batches:
+        seq_len = int(position_ids.max()) + 1
+        cos, sin = module(x, position_ids)
+        ours, _ = pb.rope_parameters(config, seq_len=seq_len)
+        torch.testing.assert_close(module.inv_freq, ours, rtol=RTOL, atol=0)
+        torch.testing.assert_close(ours, long if seq_len > 4096 else short, rtol=0, atol=0)
+        # The layout and the attention factor, given the module's own float32 spectrum (at positions near 9000 a
+        # few-ulp difference in θ_i moves an angle by ~1e-3, which says nothing about the rule).
+        for row, ids in enumerate(position_ids):
+            our_cos, our_sin = pb.rope_cos_sin(ids, module.inv_freq, attention_factor=attention_factor)
+            torch.testing.assert_close(our_cos, cos[row], rtol=0, atol=1e-6)
+            torch.testing.assert_close(our_sin, sin[row], rtol=0, atol=1e-6)
+
+
+def test_mrope_layout_reads_qwen_vl_configs():
+    qwen2_vl = dict(hidden_size=3584, num_attention_heads=28, rope_theta=1e6,
+                    rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]})
+    assert pb.mrope_layout(qwen2_vl) == ((16, 24, 24), False)
+    assert pb.rope_spec(qwen2_vl).rope_type == "default"
+    torch.testing.assert_close(pb.rope_parameters(qwen2_vl)[0], pb.default_inv_freq(128, 1e6), rtol=0, atol=0)
+    # Re-saved by transformers, the same file carries both keys.
+    resaved = dict(qwen2_vl, rope_scaling={"type": "mrope", "rope_type": "default", "mrope_section": [16, 24, 24]})
+    assert pb.mrope_layout(resaved) == ((16, 24, 24), False)
+    qwen3_vl = dict(hidden_size=4096, num_attention_heads=32, head_dim=128, rope_parameters={
+        "rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20], "mrope_interleaved": True})
+    assert pb.mrope_layout(qwen3_vl) == ((24, 20, 20), True)
+    # Qwen3-VL's long-video recipe: YaRN's spectrum with the same layout.
+    yarn = dict(qwen3_vl, rope_parameters={**qwen3_vl["rope_parameters"], "rope_type": "yarn", "factor": 3.0,
+                                           "original_max_position_embeddings": 262144})
+    assert pb.mrope_layout(yarn) == ((24, 20, 20), True) and pb.rope_spec(yarn).rope_type == "yarn"
+    # Partial RoPE: the section covers rotary_dim/2 = 256 · 0.25 / 2 = 32 planes.
+    assert pb.mrope_layout(pb.model_config("Qwen3.8-27B")) == ((11, 11, 10), True)
+    assert pb.mrope_layout(CONFIGS["yarn-paper-defaults"]) is None
+
+
+def test_legacy_mrope_type_is_read_as_hugging_face_reads_it():
+    from transformers import Qwen2VLTextConfig
+
+    rope_scaling = {"type": "mrope", "mrope_section": [4, 6, 6]}
+    config = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, rope_theta=1e6,
+                  rope_scaling=rope_scaling)
+    hf_config = Qwen2VLTextConfig(**copy.deepcopy(config))
+    assert hf_config.rope_parameters["rope_type"] == pb.rope_spec(config).rope_type == "default"
+    assert tuple(hf_config.rope_parameters["mrope_section"]) == pb.mrope_layout(config)[0]

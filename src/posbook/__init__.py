@@ -21,11 +21,11 @@ One module per concern, in the order data flows through an attention layer:
 core; the core never imports it.
 """
 
-from .scaling import (ROPE_TYPES, RopeSpec, RopeType, default_inv_freq, rope_parameters, rope_spec, yarn_get_mscale,
-                      yarn_ramp_bounds, yarn_softmax_scale)
+from .scaling import (ROPE_TYPES, RopeSpec, RopeType, default_inv_freq, mrope_layout, rope_parameters, rope_spec,
+                      yarn_get_mscale, yarn_ramp_bounds, yarn_softmax_scale)
 from .spectrum import frequency_ratio, ramp_gamma, ramp_weights, rope_turns, rope_wavelengths
 from .norms import QKNorm, RMSNorm, qk_norm_logit_bound, rms_norm
-from .rope import LAYOUTS, apply_rope, half_to_interleaved, interleaved_to_half, rope_cos_sin
+from .rope import LAYOUTS, apply_rope, half_to_interleaved, interleaved_to_half, mrope_plane_axes, rope_cos_sin
 from .bias import BIASES, ALiBiBias, T5RelativeBias, alibi_bias, alibi_slopes, relative_positions, t5_relative_buckets
 from .logit_scales import LOGIT_SCALES, llama4_attention_scale, swan_log_scale
 from .masks import MASK_KINDS, attention_mask, block_mask, mask_mod
@@ -54,12 +54,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     # 1. rotary frequencies and context extension
-    "ROPE_TYPES", "RopeSpec", "RopeType", "default_inv_freq", "rope_parameters", "rope_spec", "yarn_get_mscale",
-    "yarn_ramp_bounds", "yarn_softmax_scale",
+    "ROPE_TYPES", "RopeSpec", "RopeType", "default_inv_freq", "mrope_layout", "rope_parameters", "rope_spec",
+    "yarn_get_mscale", "yarn_ramp_bounds", "yarn_softmax_scale",
     "frequency_ratio", "ramp_gamma", "ramp_weights", "rope_turns", "rope_wavelengths",
     # 2. q and k: QK-Norm and rotation
     "QKNorm", "RMSNorm", "qk_norm_logit_bound", "rms_norm",
-    "LAYOUTS", "apply_rope", "half_to_interleaved", "interleaved_to_half", "rope_cos_sin",
+    "LAYOUTS", "apply_rope", "half_to_interleaved", "interleaved_to_half", "mrope_plane_axes", "rope_cos_sin",
     # 3. the logits: biases, position-dependent scales, masks
     "BIASES", "ALiBiBias", "T5RelativeBias", "alibi_bias", "alibi_slopes", "relative_positions", "t5_relative_buckets",
     "LOGIT_SCALES", "llama4_attention_scale", "swan_log_scale",

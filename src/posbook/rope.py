@@ -9,6 +9,9 @@ Chapter "RoPE from first principles" derives everything here. Two layouts exist 
 Both give the same attention scores when the q/k projection weights are permuted to match
 (:func:`interleaved_to_half`); weights trained for one layout run through the other give scores that are still a
 function of relative position, but of the wrong planes and frequencies.
+
+Multimodal RoPE (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) gives each token three positions, time, height and width,
+and lets each plane read one of them (:func:`mrope_plane_axes`); :func:`rope_cos_sin` takes the [3, T] positions.
 """
 
 from __future__ import annotations
@@ -26,14 +29,65 @@ from torch.autograd import forward_ad
 from . import _checks
 
 LAYOUTS = ("half", "interleaved")
+_MROPE_AXES = ("time", "height", "width")
+
+
+def mrope_plane_axes(mrope_section: list[int] | tuple[int, ...], n_planes: int, *,
+                     interleaved: bool = False) -> torch.Tensor:
+    """Which position row each plane reads under multimodal RoPE: a [n_planes] int64 tensor of 0 (time), 1 (height)
+    or 2 (width), plane i being the pair of dimensions with frequency θ_i.
+
+    ``mrope_section`` gives the number of planes per row, summing to n_planes = rotary_dim/2. Two layouts, as in
+    Hugging Face's rotary modules:
+
+    * contiguous (Qwen2-VL, Qwen2.5-VL: ``Qwen2VLRotaryEmbedding.recomposition_frequencies``): the first
+      section[0] planes, the fastest, read time, the next section[1] height, the last section[2] width;
+    * interleaved (Qwen3-VL, ``mrope_interleaved``: ``Qwen3VLTextRotaryEmbedding``): plane i reads height if
+      i ≡ 1 (mod 3) and i < 3·section[1], width if i ≡ 2 (mod 3) and i < 3·section[2], time otherwise, so every
+      axis gets fast and slow planes. section[0] is not read; the rule gives each axis its share only if the last
+      height and width planes, 3·section[1] − 2 and 3·section[2] − 1, exist. Hugging Face silently lays out other
+      sections with fewer height/width planes than they state; here they are an error.
+
+    For text tokens the three rows are equal, and either layout is ordinary RoPE.
+    """
+    _checks.number("n_planes", n_planes, integer=True, positive=True)
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"mrope_interleaved must be a bool, got {type(interleaved).__name__} {interleaved!r}")
+    if not isinstance(mrope_section, (list, tuple)):
+        raise TypeError(f"mrope_section must be a list of 3 ints (planes for time, height, width), got "
+                        f"{type(mrope_section).__name__} {mrope_section!r}")
+    if len(mrope_section) != 3:
+        raise ValueError(f"mrope_section must have 3 entries (planes for time, height, width), got {mrope_section!r}")
+    for axis, planes in zip(_MROPE_AXES, mrope_section):
+        _checks.number(f"mrope_section ({axis})", planes, integer=True, min_value=0)
+    if sum(mrope_section) != n_planes:
+        raise ValueError(f"mrope_section must sum to the number of planes, rotary_dim/2 = inv_freq.numel() = "
+                         f"{n_planes}, got {list(mrope_section)} (sum {sum(mrope_section)})")
+    if not interleaved:
+        return torch.repeat_interleave(torch.arange(3), torch.tensor(mrope_section))
+    plane = torch.arange(n_planes)
+    axes = torch.zeros(n_planes, dtype=torch.int64)
+    for axis in (1, 2):
+        axes[(plane % 3 == axis) & (plane < 3 * mrope_section[axis])] = axis
+    counts = torch.bincount(axes, minlength=3).tolist()
+    if counts != list(mrope_section):
+        raise ValueError(f"mrope_section {list(mrope_section)} cannot be interleaved over {n_planes} planes: it "
+                         f"gives time, height, width {counts} planes (the last height and width planes, "
+                         f"3·section[1] − 2 and 3·section[2] − 1, must be below {n_planes})")
+    return axes
 
 
 def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, *, attention_factor: float = 1.0,
-                 layout: str = "half", dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+                 layout: str = "half", dtype: torch.dtype = torch.float32,
+                 mrope_section: list[int] | tuple[int, ...] | None = None,
+                 mrope_interleaved: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of the angles position·θ_i, laid out for :func:`apply_rope`.
 
     Args:
-        positions: 1-D tensor [T] of token positions (integers or reals).
+        positions: tensor [T] of token positions (integers or reals). With ``mrope_section``, also [3, T] or
+            [3, B, T]: time, height and width position ids, as Hugging Face's Qwen-VL models build them. A [T]
+            tensor then stands for text, all three rows equal (ordinary RoPE). Two dimensions always mean [3, T]
+            (a [B, T] batch with B = 3 would be ambiguous): pass a batch of text as [3, B, T].
         inv_freq: 1-D tensor [rotary_dim/2] of frequencies θ_i.
         attention_factor: multiplies cos and sin; folding it in here scales every q·k logit by its square
             (YaRN's attention scaling, chapter "Context extension").
@@ -41,14 +95,34 @@ def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, *, attention_f
         dtype: the dtype the angles are computed in, and of the result. Keep float32 (the default) or float64:
             in bfloat16 the position itself is rounded (bf16 holds integers exactly only up to 256), so
             neighbouring positions get the same angles. Autocast is switched off inside, as Hugging Face does.
+        mrope_section: planes per position row (time, height, width) for multimodal RoPE, summing to
+            inv_freq.numel(); plane i takes its angle from the row :func:`mrope_plane_axes` assigns it.
+            :func:`posbook.scaling.mrope_layout` reads it, and ``mrope_interleaved``, from a config.
+        mrope_interleaved: the Qwen3-VL layout (rows interleaved plane by plane) instead of contiguous sections.
 
     Returns:
-        (cos, sin), each [T, rotary_dim].
+        (cos, sin), each [T, rotary_dim], or [B, T, rotary_dim] for [3, B, T] positions (for x of shape
+        [B, heads, T, head_dim], pass ``cos[:, None]``, ``sin[:, None]`` to :func:`apply_rope`).
     """
-    _checks.tensor("positions", positions, ndim=1)
+    _checks.tensor("positions", positions)
     _checks.tensor("inv_freq", inv_freq, ndim=1, floating=True)
     if inv_freq.numel() == 0:
         raise ValueError("inv_freq must hold at least one frequency, got an empty tensor")
+    if not isinstance(mrope_interleaved, bool):
+        raise TypeError(f"mrope_interleaved must be a bool, got {type(mrope_interleaved).__name__} "
+                        f"{mrope_interleaved!r}")
+    if mrope_section is None:
+        if mrope_interleaved:
+            raise ValueError("mrope_interleaved=True needs mrope_section, got None")
+        if positions.ndim != 1:
+            raise ValueError(f"positions must have 1 dimension [T] (or [3, T], [3, B, T] with mrope_section), got "
+                             f"{_checks._show(positions)}")
+        axes = None
+    else:
+        axes = mrope_plane_axes(mrope_section, inv_freq.numel(), interleaved=mrope_interleaved)
+        if positions.ndim not in (1, 2, 3) or (positions.ndim > 1 and positions.shape[0] != 3):
+            raise ValueError(f"positions must be [T], [3, T] or [3, B, T] (time, height, width rows) with "
+                             f"mrope_section, got {_checks._show(positions)}")
     if positions.device != inv_freq.device:
         raise ValueError(f"positions and inv_freq must be on one device, got {positions.device} and {inv_freq.device}")
     _checks.finite("inv_freq", inv_freq)
@@ -61,7 +135,13 @@ def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, *, attention_f
     _checks.dtype("dtype", dtype)
 
     with torch.autocast(device_type=positions.device.type, enabled=False):
-        angles = positions.to(dtype)[:, None] * inv_freq.to(dtype)[None, :]
+        positions = positions.to(dtype)
+        if axes is not None and positions.ndim > 1:
+            # plane i reads row axes[i]: [3, ..., T] -> [n_planes, ..., T] -> [..., T, n_planes]
+            positions = positions[axes.to(positions.device)].movedim(0, -1)
+        else:
+            positions = positions[..., None]
+        angles = positions * inv_freq.to(dtype)
         cos, sin = angles.cos(), angles.sin()
         if attention_factor != 1.0:
             cos, sin = cos * attention_factor, sin * attention_factor

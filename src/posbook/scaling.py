@@ -8,7 +8,12 @@ transformers implements equal to ``transformers.modeling_rope_utils.ROPE_INIT_FU
 
 Two teaching types have no Hugging Face counterpart: ``"ntk"`` (the fixed NTK-aware base change) and
 ``"ntk_by_parts"`` (YaRN's per-plane ramp without YaRN's attention scaling). Chapter "Context extension" shows
-each spectrum next to the others.
+each spectrum next to the others. ``"longrope"`` (Phi-3, Phi-3.5, Phi-4-mini) switches between two spectra at the
+original length; like ``"dynamic"``, it needs the current sequence length from the caller (see :func:`rope_parameters`).
+
+Multimodal RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) does not change the spectrum; it changes which of three position
+rows (time, height, width) each plane reads. :func:`mrope_layout` reads that layout from a config for
+:func:`posbook.rope.rope_cos_sin`.
 
 Precision: every spectrum is computed in float64 and rounded once to the requested dtype. Hugging Face raises the
 base to float32 exponents, so the two agree to a few float32 ulps, not bit for bit.
@@ -24,6 +29,7 @@ import torch
 
 from . import _checks
 from .hf_config import read_config, refuse_unmodelled
+from .rope import mrope_plane_axes
 
 def default_inv_freq(rotary_dim: int, rope_theta: float = 10000.0, *,
                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -81,8 +87,15 @@ def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeS
          "num_attention_heads": 32, "max_position_embeddings": 32768}
 
     ``rope_scaling: None`` (or no rope dict at all) means the default spectrum. The legacy key ``type`` is read as
-    ``rope_type``. Multimodal RoPE's ``mrope_section``/``mrope_interleaved`` are accepted with the default type:
-    for text, every section sees the same position, so the spectrum is the 1-D one.
+    ``rope_type``, and the legacy type ``"mrope"`` of Qwen2-VL's config.json
+    (``"rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}``) as ``"default"``, as Hugging Face's
+    Qwen2-VL and Qwen2.5-VL configs do. Multimodal RoPE's ``mrope_section``/``mrope_interleaved`` are accepted with
+    every rope type (Qwen3-VL's long-video recipe pairs them with ``"yarn"``) and checked against rotary_dim; they
+    change which position each plane reads, not the spectrum (:func:`mrope_layout`).
+
+    ``"longrope"`` reads ``short_factor`` and ``long_factor`` (one rescale factor per plane, rotary_dim/2 each),
+    optional ``factor`` and ``attention_factor``, and original_max_position_embeddings from the rope dict or, Phi-3
+    style, from the top level of config (falling back to max_position_embeddings, as Hugging Face does).
 
     Configs with one rope dict per layer type (Gemma 3/4: ``{"full_attention": {...}, "sliding_attention": {...}}``)
     need ``layer_type``; as in Hugging Face, that dict's rope_theta wins over the top-level one, and
@@ -151,26 +164,26 @@ def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeS
     if max_pos is not None:
         _checks.number("max_position_embeddings", max_pos, integer=True, positive=True)
 
-    keys = ROPE_TYPES[rope_type].keys
-    ignored = {"mrope_section", "mrope_interleaved"} if rope_type == "default" else set()
-    unknown = set(rope) - keys - ignored - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
+    keys = ROPE_TYPES[rope_type].keys | _MROPE_KEYS
+    unknown = set(rope) - keys - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
     if unknown:
         raise ValueError(f"rope dict has key(s) {sorted(unknown)} that rope_type {rope_type!r} does not use; "
                          f"expected some of {sorted(keys)}")
     params = {k: rope[k] for k in keys if k in rope}
     if "original_max_position_embeddings" in keys:
         params["original_max_position_embeddings"] = _original_max_positions(config, rope, max_pos)
-    return RopeSpec(rope_type, rope_theta, head_dim, float(partial), rotary_dim, max_pos, params)
+    spec = RopeSpec(rope_type, rope_theta, head_dim, float(partial), rotary_dim, max_pos, params)
+    _mrope_layout(spec)  # checked here, so that no config with a malformed layout passes silently
+    return spec
 
 
 def _rope_type(rope: Mapping[str, Any]) -> str:
-    new, old = rope.get("rope_type"), rope.get("type")
+    # Qwen2-VL's config.json says "type": "mrope"; transformers' Qwen2-VL config classes read it as "default" (the
+    # spectrum is the default one). So "mrope" next to "default" in the other key is no disagreement.
+    new, old = ("default" if v == "mrope" else v for v in (rope.get("rope_type"), rope.get("type")))
     if new is not None and old is not None and new != old:
         raise ValueError(f"rope dict gives rope_type={new!r} and type={old!r}; give one")
     rope_type = new if new is not None else old if old is not None else "default"
-    if rope_type == "longrope":
-        raise ValueError("rope_type 'longrope' (Phi-3) is not implemented in posbook; "
-                         f"expected one of {tuple(ROPE_TYPES)}")
     return _checks.choice("rope_type", rope_type, ROPE_TYPES)
 
 
@@ -309,24 +322,30 @@ def _ramp_blend(spec: RopeSpec, factor: float) -> torch.Tensor:
     return theta * (1 - ramp) + theta / factor * ramp
 
 
-def _yarn_factor(spec: RopeSpec) -> float:
+def _extension_factor(spec: RopeSpec) -> float:
     if spec.params.get("factor") is not None:
         return _factor(spec)
-    # DeepSeek-style configs may omit factor; it is then the extension ratio itself.
+    # DeepSeek-style and Phi-3 configs may omit factor; it is then the extension ratio itself.
     if spec.max_position_embeddings is None:
-        raise ValueError("rope_type 'yarn' needs factor, or max_position_embeddings to derive it; got neither")
+        raise ValueError(f"rope_type {spec.rope_type!r} needs factor, or max_position_embeddings to derive it; "
+                         "got neither")
     factor = spec.max_position_embeddings / spec.params["original_max_position_embeddings"]
     if factor < 1:
         raise ValueError(f"factor = max_position_embeddings / original_max_position_embeddings = {factor} must be >= 1")
     return factor
 
 
-def _yarn(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
-    factor = _yarn_factor(spec)
+def _given_attention_factor(spec: RopeSpec) -> float | None:
     attention_factor = spec.params.get("attention_factor")
     if attention_factor is not None:
         _checks.number("attention_factor", attention_factor, positive=True)
-    else:
+    return attention_factor
+
+
+def _yarn(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    factor = _extension_factor(spec)
+    attention_factor = _given_attention_factor(spec)
+    if attention_factor is None:
         mscale, mscale_all_dim = spec.params.get("mscale"), spec.params.get("mscale_all_dim")
         for name, value in (("mscale", mscale), ("mscale_all_dim", mscale_all_dim)):
             if value is not None:
@@ -365,6 +384,44 @@ def _llama3(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
     return theta / factor * (1 - smooth) + theta * smooth, 1.0
 
 
+def _plane_factors(spec: RopeSpec, key: str) -> torch.Tensor:
+    n_planes = spec.rotary_dim // 2
+    value = spec.params.get(key)
+    if value is None:
+        raise ValueError(f"rope_type 'longrope' needs {key!r} in the rope dict, got keys {sorted(spec.params)}")
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{key} must be a list of {n_planes} numbers (one per plane), got {type(value).__name__} "
+                        f"{value!r}")
+    if len(value) != n_planes:
+        raise ValueError(f"{key} must have rotary_dim/2 = {n_planes} entries (one per plane; rotary_dim = int(head_dim"
+                         f" · partial_rotary_factor) = int({spec.head_dim} · {spec.partial_rotary_factor}) = "
+                         f"{spec.rotary_dim}), got {len(value)}")
+    for i, entry in enumerate(value):
+        _checks.number(f"{key}[{i}]", entry, positive=True)
+    return torch.tensor(value, dtype=torch.float64)
+
+
+def _longrope(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    # LongRoPE (Ding et al. 2024): a searched rescale factor λ_i per plane, θ'_i = θ_i/λ_i. Phi-3 ships two sets:
+    # short_factor for sequences up to the original length, long_factor beyond it. Both are checked whichever is
+    # used, so a bad list cannot hide until the first long prompt.
+    original = spec.params["original_max_position_embeddings"]
+    short, long = _plane_factors(spec, "short_factor"), _plane_factors(spec, "long_factor")
+    # No seq_len reads as "not past the original length", as in Hugging Face's rotary module at init.
+    rescale = long if seq_len is not None and seq_len > original else short
+    # factor only sets the attention factor: the paper's √(1 + ln s / ln L) with L the original length and s the
+    # factor, or (Phi-3 configs omit it) max_position_embeddings / L. A given factor is checked even when unused.
+    attention_factor = _given_attention_factor(spec)
+    if attention_factor is None or spec.params.get("factor") is not None:
+        factor = _extension_factor(spec)
+    if attention_factor is None:
+        if factor > 1 and original < 2:
+            raise ValueError("original_max_position_embeddings must be >= 2 for longrope's attention factor "
+                             f"√(1 + ln factor / ln original_max_position_embeddings), got {original}")
+        attention_factor = math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1 else 1.0
+    return _spectrum(spec.rotary_dim, spec.rope_theta) / rescale, float(attention_factor)
+
+
 def _proportional(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
     # p-RoPE (Barbero et al. 2024; Gemma 4's "proportional"): keep the fastest fraction p of the head_dim/2
     # frequencies of the full-head spectrum and set the slowest to zero (those planes are NoPE). Unlike partial
@@ -383,8 +440,9 @@ class RopeType:
     Attributes:
         name: the ``rope_type`` string of a config.
         rule: ``(spec, seq_len) -> (float64 inv_freq, attention_factor)``.
-        keys: the keys it reads from the rope dict, beyond rope_type/type, rope_theta and partial_rotary_factor.
-            Anything else in the dict is an error: a misspelt key (``"factors"``) would otherwise be ignored.
+        keys: the keys it reads from the rope dict, beyond rope_type/type, rope_theta, partial_rotary_factor and
+            M-RoPE's mrope_section/mrope_interleaved (accepted with every type). Anything else in the dict is an
+            error: a misspelt key (``"factors"``) would otherwise be ignored.
         extension_factor: for a type whose spectrum blends θ and θ/s plane by plane (θ' = θ·(γ + (1 − γ)/s)),
             the function that reads s from the spec; None for the others. :func:`posbook.spectrum.ramp_weights` needs it.
         in_transformers: whether ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` has it (the test
@@ -399,14 +457,17 @@ class RopeType:
 
 
 _RAMP_KEYS = frozenset({"factor", "beta_fast", "beta_slow", "truncate", "original_max_position_embeddings"})
+_MROPE_KEYS = frozenset({"mrope_section", "mrope_interleaved"})
 
 ROPE_TYPES: dict[str, RopeType] = {t.name: t for t in (
     RopeType("default", _default),
     RopeType("linear", _linear, frozenset({"factor"}), _factor),
     RopeType("dynamic", _dynamic, frozenset({"factor"})),
-    RopeType("yarn", _yarn, _RAMP_KEYS | {"attention_factor", "mscale", "mscale_all_dim"}, _yarn_factor),
+    RopeType("yarn", _yarn, _RAMP_KEYS | {"attention_factor", "mscale", "mscale_all_dim"}, _extension_factor),
     RopeType("llama3", _llama3, frozenset({"factor", "low_freq_factor", "high_freq_factor",
                                            "original_max_position_embeddings"}), _factor),
+    RopeType("longrope", _longrope, frozenset({"short_factor", "long_factor", "factor", "attention_factor",
+                                               "original_max_position_embeddings"})),
     RopeType("proportional", _proportional, frozenset({"factor"})),
     RopeType("ntk", _ntk, frozenset({"factor"}), _factor, in_transformers=False),
     RopeType("ntk_by_parts", _ntk_by_parts, _RAMP_KEYS, _factor, in_transformers=False),
@@ -424,8 +485,8 @@ def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, la
 
     Args:
         config: a plain dict as in a model's config.json (see :func:`rope_spec` for the accepted forms and keys).
-        seq_len: the current sequence length; only ``"dynamic"`` reads it (at most max_position_embeddings means
-            no scaling).
+        seq_len: the current sequence length, read by ``"dynamic"`` (at most max_position_embeddings means no
+            scaling) and ``"longrope"`` (see below); the other types ignore it.
         layer_type: which layer type's rope dict to use, for configs with one per layer type (Gemma 3/4).
         dtype: dtype of ``inv_freq`` (computed in float64, rounded once).
         device: device of ``inv_freq``.
@@ -434,6 +495,18 @@ def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, la
         ``inv_freq`` of shape [rotary_dim/2] (``"proportional"``: [head_dim/2], zeros for the unrotated planes)
         and ``attention_factor``, the number that multiplies cos and sin (YaRN's attention scaling; 1.0 for the
         other types). Pass both to :func:`posbook.rope.rope_cos_sin`.
+
+    ``"longrope"`` (Phi-3/3.5, Phi-4-mini) uses ``long_factor`` when ``seq_len`` > original_max_position_embeddings
+    and ``short_factor`` otherwise, including when ``seq_len`` is None: called without it, this returns the short
+    spectrum, which is what Hugging Face's rotary module holds after init. That module then switches at every
+    forward (``dynamic_rope_update``): it takes seq_len = max(position_ids) + 1 over the whole batch and uses the long
+    set for *all* positions once that exceeds the original length. To run such a model, call this with seq_len = the
+    largest position + 1 at each step, and rotate the whole sequence again when it crosses the original length:
+    keys cached under the short spectrum do not match queries rotated under the long one, which is why
+    ``Phi3ForCausalLM.prepare_inputs_for_generation`` drops the KV cache at that point
+    (huggingface/transformers#33129). The attention factor does not depend on seq_len: ``attention_factor`` if
+    given, else √(1 + ln s / ln original_max_position_embeddings) with s = ``factor``, or
+    max_position_embeddings / original_max_position_embeddings when the config has no factor (Phi-3's do not).
     """
     spec = rope_spec(config, layer_type)
     if seq_len is not None:
@@ -441,6 +514,36 @@ def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, la
     _checks.dtype("dtype", dtype)
     inv_freq, attention_factor = ROPE_TYPES[spec.rope_type].rule(spec, seq_len)
     return inv_freq.to(dtype=dtype, device=device), float(attention_factor)
+
+
+def _mrope_layout(spec: RopeSpec) -> tuple[tuple[int, int, int], bool] | None:
+    section, interleaved = spec.params.get("mrope_section"), spec.params.get("mrope_interleaved")
+    interleaved = False if interleaved is None else interleaved
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"mrope_interleaved must be a bool, got {type(interleaved).__name__} {interleaved!r}")
+    if section is None:
+        if interleaved:
+            raise ValueError("mrope_interleaved=True needs mrope_section in the rope dict, got none")
+        return None
+    mrope_plane_axes(section, spec.rotary_dim // 2, interleaved=interleaved)  # checks the section
+    return tuple(section), interleaved
+
+
+def mrope_layout(config: Mapping[str, Any], *,
+                 layer_type: str | None = None) -> tuple[tuple[int, int, int], bool] | None:
+    """Multimodal RoPE's layout from a config: ``(mrope_section, mrope_interleaved)``, or None for 1-D RoPE.
+
+    Reads ``mrope_section`` (planes per position row: time, height, width) and ``mrope_interleaved`` (default
+    False) from the rope dict, in any form :func:`rope_spec` accepts, checked against rotary_dim/2. Pass them on::
+
+        section, interleaved = mrope_layout(config)
+        cos, sin = rope_cos_sin(position_ids_thw, inv_freq, mrope_section=section, mrope_interleaved=interleaved)
+
+    Hugging Face never reads ``mrope_interleaved``: the model class decides (Qwen2-VL and Qwen2.5-VL contiguous,
+    Qwen3-VL interleaved), and the Hub configs of Qwen3-VL set the flag to say so. A Qwen3-VL config without it
+    would read here as contiguous. :func:`posbook.rope.mrope_plane_axes` shows which row each plane reads.
+    """
+    return _mrope_layout(rope_spec(config, layer_type))
 
 
 def yarn_softmax_scale(config: Mapping[str, Any], *, layer_type: str | None = None) -> float:
@@ -458,4 +561,4 @@ def yarn_softmax_scale(config: Mapping[str, Any], *, layer_type: str | None = No
     if spec.rope_type == "default" or not mscale_all_dim:
         return 1.0
     _checks.number("mscale_all_dim", mscale_all_dim)
-    return yarn_get_mscale(_yarn_factor(spec), mscale_all_dim) ** 2
+    return yarn_get_mscale(_extension_factor(spec), mscale_all_dim) ** 2
