@@ -107,3 +107,11 @@ def test_keys_posbook_does_not_model_are_refused_by_name(key):
 def test_alibi_models_have_no_rope():
     with pytest.raises(ValueError, match="ALiBi"):
         pb.rope_parameters({"hidden_size": 64, "num_attention_heads": 4, "rope_theta": 1e4, "alibi": True})
+
+
+def test_architectures_whose_config_json_gives_no_base_get_the_one_transformers_uses():
+    gptj = {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "n_layer": 28, "rotary_dim": 64}
+    inv_freq, _ = pb.rope_parameters(gptj)
+    assert inv_freq.numel() == 32 and inv_freq[1] == pytest.approx(1e4 ** (-2 / 64))
+    with pytest.raises(ValueError, match="rope_theta"):  # without model_type there is no default to take
+        pb.rope_parameters({k: v for k, v in gptj.items() if k != "model_type"})

@@ -56,6 +56,11 @@ UNMODELLED_KEYS: dict[str, tuple[str, str]] = {
     "dim_head": ("CPM-Ant's attention, whose cache also holds virtual prompt positions", "both"),
 }
 
+# The base transformers uses when these architectures' config.json gives none: GPT-J and CodeGen fix it in their
+# modeling code, GPT-NeoX (Pythia) and Falcon default to it. Applied only when the config names its model_type.
+ROPE_THETA_WHEN_ABSENT: dict[str, float] = {"gptj": 10000.0, "codegen": 10000.0, "gpt_neox": 10000.0,
+                                            "falcon": 10000.0}
+
 # Architectures whose modeling code changes the cache with no config key to read it from.
 UNMODELLED_MODEL_TYPES: dict[str, str] = {
     "mimo_v2_flash": "its sliding-window layers keep twice num_key_value_heads (set in the modeling code, not the "
@@ -87,6 +92,7 @@ def read_config(config: Any) -> dict[str, Any]:
                 _rename(flat, old, standard)
     _falcon_heads(flat)
     _rotary_dim(flat)
+    _absent_rope_theta(flat)
     _local_base_freq(flat)
     _compress_rope(flat)
     _per_layer_config(flat)
@@ -169,6 +175,15 @@ def _rotary_dim(flat: dict[str, Any]) -> None:
                          f"{head_dim}), which disagree")
     if given is None:
         flat["partial_rotary_factor"] = partial
+
+
+def _absent_rope_theta(flat: dict[str, Any]) -> None:
+    default = ROPE_THETA_WHEN_ABSENT.get(flat.get("model_type"))
+    rope = _rope_dict(flat) or {}
+    if default is None or flat.get("rope_theta") is not None or flat.get("alibi") is True:
+        return
+    if rope.get("rope_theta") is None and not any(isinstance(v, Mapping) for v in rope.values()):
+        flat["rope_theta"] = default
 
 
 def _rope_dict(flat: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -118,6 +118,10 @@ def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeS
         key = "rope_parameters" if has_v5 else "rope_scaling"
         raise TypeError(f"config[{key!r}] must be a dict or None, got {type(rope).__name__} {rope!r}")
     nested = any(isinstance(v, Mapping) for v in rope.values())
+    if not nested and any(config.get(key) for key in ("o_groups", "compress_ratios")):
+        raise ValueError("config has DeepSeek-V4 attention (o_groups or compress_ratios) with one flat rope dict; "
+                         "transformers splits it into a 'main' and a 'compress' RoPE at compress_rope_theta, which "
+                         "this config does not give")
     if nested:
         if layer_type is None:
             raise ValueError(f"config holds one rope dict per layer type; pass layer_type, one of {sorted(rope)}")
