@@ -12,7 +12,8 @@ One module per concern, in the order data flows through an attention layer:
    reference attention and its fast paths), :mod:`posbook.local` (blocked sliding/chunked attention),
    :mod:`posbook.diff_attention`;
 5. the whole layer — :mod:`posbook.stability` (entropy, softcap, QK-Clip), :mod:`posbook.kvcache` (cache arithmetic),
-   :mod:`posbook.model_configs` (the sourced configs of real models);
+   :mod:`posbook.model_configs` (the sourced configs of real models), :mod:`posbook.config_report` (what a config
+   does to position and the cache; ``python -m posbook inspect CONFIG.json``);
 6. measurements — :mod:`posbook.score` (the score as a sum of cosines), :mod:`posbook.precision` (aliasing),
    :mod:`posbook.divergence` (KL, Jensen–Shannon), :mod:`posbook.influence` (attention mass, G(d));
 7. the book — :mod:`posbook.claims` (checked numbers), :mod:`posbook.viz`, :mod:`posbook.device`.
@@ -40,6 +41,7 @@ from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, attention_costs, cache_
                       kv_values_per_layer, layer_kinds, linear_state_bytes, without_indexer)
 from .hf_config import read_config
 from .model_configs import model_config, models
+from .config_report import config_report, format_report, plot_report
 from .score import (cosine_sum, fast_planes, normal_ks_distance, position_inversion_rate, rope_decay_bound,
                     rope_plane_terms, rope_score_by_distance, score_moments, score_term_moments, split_moments,
                     token_inversion_rate)
@@ -73,7 +75,7 @@ __all__ = [
     "KV_LAYER_TYPES", "STATE_LAYER_TYPES", "attention_costs", "cache_kind", "format_bytes", "indexer_values_per_layer",
     "kv_cache_bytes", "kv_cache_bytes_per_token", "kv_cache_table", "kv_values_per_layer", "layer_kinds",
     "linear_state_bytes", "without_indexer", "read_config",
-    "model_config", "models",
+    "model_config", "models", "config_report", "format_report", "plot_report",
     # 6. measurements
     "cosine_sum", "fast_planes", "normal_ks_distance", "position_inversion_rate", "rope_decay_bound",
     "rope_plane_terms", "rope_score_by_distance", "score_moments", "score_term_moments", "split_moments",

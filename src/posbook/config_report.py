@@ -1,0 +1,512 @@
+"""What a model's config does to position and to the KV cache: one report, as data, as text or as a figure.
+
+:func:`config_report` reads a config (a ``config.json`` loaded, its text, or a ``PretrainedConfig``) and gathers,
+for each attention layer type, the rotary spectrum its layers use (rope type and parameters, wavelengths, how many
+planes turn fully within the context and within the training length, the ramp of context extension, the factors
+on the logits), then the KV cache at a context length, batch size and dtype, and warnings for settings that are
+known to go wrong, each with its source. :func:`format_report` prints the report for a terminal,
+:func:`plot_report` draws each layer type's spectrum. ``python -m posbook inspect CONFIG.json`` runs all three.
+
+Every number comes from the module that defines its mechanism (:mod:`posbook.scaling`, :mod:`posbook.spectrum`,
+:mod:`posbook.kvcache`); a config those modules refuse is refused here with their message.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from . import _checks
+from .hf_config import read_config
+from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, cache_kind, format_bytes, indexer_values_per_layer,
+                      kv_cache_bytes, kv_cache_bytes_per_token, kv_cache_table, layer_kinds, linear_state_bytes,
+                      without_indexer)
+from .scaling import ROPE_TYPES, RopeSpec, rope_parameters, rope_spec, yarn_ramp_bounds, yarn_softmax_scale
+from .spectrum import frequency_ratio, rope_turns, rope_wavelengths
+
+KV_DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+"""The cache dtypes a report accepts, name → bytes per cached number."""
+
+_FORMAT = "posbook.config_report/1"
+_STATE_BYTES = 4  # linear-attention state stays in fp32 whatever the cache dtype (Qwen3-Next: mamba_ssm_dtype)
+_WIDTH = 100
+_LABEL = 19  # width of the label column in format_report
+_SPAN = {"sliding_attention": "window", "chunked_attention": "chunk"}  # what a local layer keeps, in words
+
+_SOURCES = {
+    "dynamic": "https://github.com/huggingface/transformers/issues/25104",
+    "static_yarn": "https://huggingface.co/Qwen/Qwen2.5-32B-Instruct#processing-long-texts",
+    "implicit_factor": "https://github.com/huggingface/transformers/issues/38224",
+    "original_twice": "https://github.com/huggingface/transformers/pull/42513",
+    "longrope": "https://github.com/huggingface/transformers/pull/33129",
+    "window_off": "https://github.com/huggingface/transformers/issues/38002",
+    "beyond_training": "https://arxiv.org/abs/2306.15595",
+    "bf16_angles": "https://github.com/huggingface/transformers/pull/29285",
+}
+
+
+def config_report(config: Any, *, context: int | None = None, batch: int = 1, dtype: str = "bf16") -> dict[str, Any]:
+    """What a config does to position and to the KV cache, as a JSON-able dict.
+
+    Args:
+        config: a config dict, its JSON text, or a ``transformers.PretrainedConfig`` (see
+            :func:`posbook.hf_config.read_config`).
+        context: the context length N the report counts turns and cache bytes at; default
+            ``max_position_embeddings``.
+        batch: sequences in the cache.
+        dtype: the cache dtype, ``"bf16"``, ``"fp16"``, ``"fp32"`` or ``"fp8"``.
+
+    Returns:
+        ``{"format", "model_type", "context", "batch", "dtype", "max_position_embeddings", "layers", "rope",
+        "kv_cache", "warnings"}``. ``layers`` counts the layers of each ``layer_types`` kind. ``rope`` holds one
+        entry per rope dict: for configs with one rope dict per layer type (Gemma 3/4, DeepSeek-V4) one per key,
+        otherwise one per attention layer type, merged where they are the same. Its ``encoding`` is ``"rope"``,
+        ``"nope"`` (NoPE layers, a null rope dict), ``"alibi"`` or ``"unknown"`` (no rope keys at all); the
+        others give the ``reason``. A ``"rope"`` entry gives the spectrum at N (``wavelengths``, null for an
+        unrotated plane, and ``frequency_ratio`` θ'/θ per plane) and its summary; its counts of planes turning
+        fully are of that spectrum. ``warnings`` is a list of ``{"message", "source"}``, the source a URL.
+
+    Raises:
+        ValueError, TypeError: for a bad argument, or a config that posbook's modules refuse (their message).
+    """
+    flat = read_config(config)
+    _checks.choice("dtype", dtype, tuple(KV_DTYPES))
+    _checks.number("batch", batch, integer=True, positive=True)
+    kinds = layer_kinds(flat)
+    max_pos = flat.get("max_position_embeddings")
+    if max_pos is not None:
+        _checks.number("max_position_embeddings", max_pos, integer=True, positive=True)
+    if context is None:
+        if max_pos is None:
+            raise ValueError("config gives no max_position_embeddings; pass context, the length to report at")
+        context = max_pos
+    _checks.number("context", context, integer=True, positive=True)
+    report = {
+        "format": _FORMAT,
+        "model_type": flat.get("model_type"),
+        "context": context,
+        "batch": batch,
+        "dtype": dtype,
+        "max_position_embeddings": max_pos,
+        "layers": dict(Counter(kinds)),
+        "rope": _rope_entries(flat, kinds, context),
+        "kv_cache": _kv_cache(flat, kinds, context, batch, KV_DTYPES[dtype]),
+    }
+    report["warnings"] = _warnings(flat, report)
+    return report
+
+
+# ---- position -------------------------------------------------------------------------------------------------------
+
+def _rope_dict(flat: Mapping[str, Any]) -> Any:
+    return flat.get("rope_parameters") if flat.get("rope_parameters") is not None else flat.get("rope_scaling")
+
+
+def _nope_layers(flat: Mapping[str, Any], n_layers: int) -> dict[int, str]:
+    """Layers whose attention skips RoPE by a config key, index → the key that says so."""
+    nope: dict[int, str] = {}
+    flags = flat.get("no_rope_layers")  # Llama 4: 1 = the layer uses RoPE, 0 = NoPE
+    if flags is not None:
+        if not isinstance(flags, (list, tuple)) or len(flags) < n_layers:
+            raise ValueError(f"no_rope_layers must be a list of 0/1 with num_hidden_layers={n_layers} entries, got "
+                             f"{flags!r}")
+        nope.update({i: "no_rope_layers marks them NoPE" for i in range(n_layers) if flags[i] == 0})
+    if flat.get("mla_use_nope") is True:  # Kimi Linear: MLA layers without rotary embedding
+        nope.update({i: "mla_use_nope: true" for i in range(n_layers)})
+    return nope
+
+
+def _nested(rope: Any) -> bool:
+    return isinstance(rope, Mapping) and any(isinstance(v, Mapping) for v in rope.values())
+
+
+def _rope_entries(flat: Mapping[str, Any], kinds: list[str], context: int) -> list[dict[str, Any]]:
+    attention = [k for k in dict.fromkeys(kinds) if k in KV_LAYER_TYPES]
+    layers_of = {k: [i for i, kind in enumerate(kinds) if kind == k] for k in attention}
+    n_attention = sum(map(len, layers_of.values()))
+    rope = _rope_dict(flat)
+    if flat.get("alibi") is True:
+        return [_no_rope(attention, n_attention, "alibi", "ALiBi biases on the logits (alibi: true)")]
+    if flat.get("rope_theta") is None and not rope:
+        return [_no_rope(attention, n_attention, "unknown",
+                         "the config gives no rope_theta and no rope dict: no rotary spectrum to report")]
+    nope = _nope_layers(flat, len(kinds))
+    entries = []
+    if _nested(rope):
+        # One rope dict per key; a key that is not a layer type (DeepSeek-V4's "main", "compress") counts no layers.
+        for key, sub in rope.items():
+            layers = layers_of.get(key)
+            if sub is None:
+                n = None if layers is None else len(layers)
+                entries.append(_no_rope([key], n, "nope", "its rope dict is null"))
+            else:
+                entries.append(_spectrum_entry(flat, key, layers, nope, context))
+        return entries
+    for kind in attention:
+        if all(i in nope for i in layers_of[kind]):
+            reason = "; ".join(sorted({nope[i] for i in layers_of[kind]}))
+            entry = _no_rope([kind], len(layers_of[kind]), "nope", reason)
+        else:
+            entry = _spectrum_entry(flat, kind, layers_of[kind], nope, context)
+        same = next((e for e in entries if _same(e, entry)), None)
+        if same is None:
+            entries.append(entry)
+        else:
+            same["layer_types"] += entry["layer_types"]
+            same["layers"] += entry["layers"]
+            if same["encoding"] == "rope":
+                same["nope_layers"] += entry["nope_layers"]
+                same["windows"].update(entry["windows"])
+    return entries
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two entries report the same thing for different layer types (then they are shown once)."""
+    summed = ("layer_types", "layers", "nope_layers", "windows")
+    return {k: v for k, v in a.items() if k not in summed} == {k: v for k, v in b.items() if k not in summed}
+
+
+def _no_rope(layer_types: list[str], layers: int | None, encoding: str, reason: str) -> dict[str, Any]:
+    return {"layer_types": list(layer_types), "layers": layers, "encoding": encoding, "reason": reason}
+
+
+def _window(flat: Mapping[str, Any], kind: str) -> int | None:
+    return {"sliding_attention": flat.get("sliding_window"),
+            "chunked_attention": flat.get("attention_chunk_size")}.get(kind)
+
+
+def _spectrum_entry(flat: Mapping[str, Any], layer_type: str, layers: list[int] | None, nope: Mapping[int, str],
+                    context: int) -> dict[str, Any]:
+    spec = rope_spec(flat, layer_type)
+    inv_freq, attention_factor = rope_parameters(flat, context, layer_type=layer_type, dtype=torch.float64)
+    ratio = frequency_ratio(flat, context, layer_type=layer_type)
+    rotated = inv_freq > 0
+    n_rotated = int(rotated.sum())
+    wavelengths = rope_wavelengths(inv_freq)
+    original = spec.params.get("original_max_position_embeddings", flat.get("original_max_position_embeddings"))
+    original = original if original is not None else spec.max_position_embeddings
+
+    def turning(length: int | None) -> int | None:
+        return None if length is None else int((rope_turns(inv_freq, length) >= 1).sum())
+
+    # MLA (DeepSeek, Kimi K2) rotates only its decoupled qk_rope_head_dim part; the qk_nope_head_dim part of each
+    # q·k product carries no position.
+    mla = flat.get("kv_lora_rank") is not None and flat.get("qk_nope_head_dim") is not None \
+        and spec.head_dim == flat.get("qk_rope_head_dim")
+    head_dim = spec.head_dim + (flat["qk_nope_head_dim"] if mla else 0)
+    window = _window(flat, layer_type)
+    windows = {} if window is None else {layer_type: {"tokens": window, "turning_planes": turning(window)}}
+    kept = ratio[rotated]
+    unchanged = int(torch.isclose(kept, torch.ones_like(kept), rtol=1e-12, atol=0).sum())
+    if unchanged == n_rotated:
+        rescaling = "none"
+    elif bool(torch.isclose(kept, kept[:1], rtol=1e-12, atol=0).all()):
+        rescaling = "uniform"
+    else:
+        rescaling = "per_plane"
+    softmax_scale = yarn_softmax_scale(flat, layer_type=layer_type)
+    return {
+        "layer_types": [layer_type],
+        "layers": None if layers is None else len(layers),
+        "encoding": "rope",
+        "rope_type": spec.rope_type,
+        "params": dict(spec.params),
+        "rope_theta": spec.rope_theta,
+        "head_dim": head_dim,
+        "rotary_dim": 2 * n_rotated,
+        "unrotated_dims": head_dim - 2 * n_rotated,
+        "planes": inv_freq.numel(),
+        "rotated_planes": n_rotated,
+        "wavelength_min": float(wavelengths[rotated].min()),
+        "wavelength_max": float(wavelengths[rotated].max()),
+        "original_length": original,
+        "turning_planes": {"context": turning(context), "original": turning(original)},
+        "windows": windows,
+        "rescaling": rescaling,
+        "unchanged_planes": unchanged,
+        "min_ratio": float(kept.min()),
+        "ramp": _ramp(spec),
+        "attention_factor": attention_factor,
+        "softmax_scale": softmax_scale,
+        "logit_factor": attention_factor ** 2 * softmax_scale,
+        "nope_layers": sum(i in nope for i in layers or ()),
+        "wavelengths": [w if math.isfinite(w) else None for w in wavelengths.tolist()],
+        "frequency_ratio": ratio.tolist(),
+    }
+
+
+def _ramp(spec: RopeSpec) -> dict[str, Any] | None:
+    """Where the type blends kept and interpolated planes: YaRN's plane bounds, or llama3's wavelength bounds."""
+    keys, params = ROPE_TYPES[spec.rope_type].keys, spec.params
+    original = params.get("original_max_position_embeddings")
+    if "beta_fast" in keys:
+        # A null or 0 beta means the paper's default, as the spectrum itself reads it.
+        given = {k: params[k] for k in ("beta_fast", "beta_slow") if params.get(k)}
+        if params.get("truncate") is not None:
+            given["truncate"] = params["truncate"]
+        low, high = yarn_ramp_bounds(spec.rotary_dim, spec.rope_theta, original, **given)
+        return {"kind": "planes", "low": low, "high": high}
+    if "low_freq_factor" in keys:
+        return {"kind": "wavelengths", "short": original / params["high_freq_factor"],
+                "long": original / params["low_freq_factor"]}
+    return None
+
+
+# ---- the KV cache ---------------------------------------------------------------------------------------------------
+
+def _kv_cache(flat: Mapping[str, Any], kinds: list[str], context: int, batch: int, nbytes: int) -> dict[str, Any]:
+    index_values = indexer_values_per_layer(flat)
+    attention = without_indexer(flat) if index_values else flat
+    per_token = kv_cache_bytes_per_token(attention, nbytes)
+    total = kv_cache_bytes(attention, context, nbytes) * batch
+    windows = {kind: _window(flat, kind) for kind in ("sliding_attention", "chunked_attention") if kind in kinds}
+    cache = {
+        "kind": cache_kind(flat),
+        "bytes_per_number": nbytes,
+        "bytes_per_token": per_token,
+        "total_bytes": total,
+        "windows": windows,
+        "indexer": None,
+        "linear_state": None,
+        "state_layers": {kind: n for kind, n in Counter(kinds).items() if kind in STATE_LAYER_TYPES},
+    }
+    if index_values:
+        # One token is kept by every layer, so the table's row for length 1 is the indexer's cost per token.
+        one, full = kv_cache_table(flat, seq_lens=[1, context], dtype_bytes=nbytes)
+        cache["indexer"] = {"values_per_layer": index_values, "bytes_per_token": one["indexer_bytes"],
+                            "total_bytes": full["indexer_bytes"] * batch}
+    if "linear_attention" in kinds:
+        state = linear_state_bytes(flat, _STATE_BYTES)
+        cache["linear_state"] = {**state, "bytes_per_number": _STATE_BYTES,
+                                 "total_bytes": (state["recurrent"] + state["conv"]) * batch}
+    return cache
+
+
+# ---- warnings -------------------------------------------------------------------------------------------------------
+
+def _warnings(flat: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[str, str]]:
+    found: list[dict[str, str]] = []
+
+    def warn(message: str, source: str) -> None:
+        found.append({"message": message, "source": _SOURCES[source]})
+
+    spectra = [e for e in report["rope"] if e["encoding"] == "rope"]
+    context, max_pos = report["context"], report["max_position_embeddings"]
+    if spectra and max_pos is not None and context > max_pos:
+        warn(f"context {context:,} is beyond max_position_embeddings={max_pos:,}: no layer was trained on "
+             "positions that far, and extrapolated RoPE angles can give catastrophically large attention scores "
+             "(Chen et al. 2023)", "beyond_training")
+    for entry in spectra:
+        name, params = "/".join(entry["layer_types"]), entry["params"]
+        if entry["rope_type"] == "dynamic":
+            warn(f"{name}: dynamic NTK recomputes the spectrum from the current length, so keys cached at one "
+                 "length are rotated with another base than the queries that read them later", "dynamic")
+        if entry["rope_type"] == "yarn":
+            warn(f"{name}: YaRN is static: the rescaled spectrum and attention factor apply at every length, short "
+                 "inputs included. Where the scaling is added to a model trained without it, Qwen's model cards "
+                 "advise adding it only when long contexts are needed", "static_yarn")
+            factor, original = params.get("factor"), params.get("original_max_position_embeddings")
+            if factor is not None and max_pos is not None and factor * original != max_pos:
+                warn(f"{name}: factor {factor:g} × original_max_position_embeddings {original:,} = "
+                     f"{factor * original:,g} differs from max_position_embeddings {max_pos:,}; transformers "
+                     f"versions before the fix took the factor as their ratio ({max_pos / original:g}) instead",
+                     "implicit_factor")
+        if "short_factor" in params and "long_factor" in params:
+            warn(f"{name}: LongRoPE switches from short_factor to long_factor past "
+                 f"{entry['original_length']:,} tokens, which invalidates every key cached before the switch",
+                 "longrope")
+    rope = _rope_dict(flat)
+    top = flat.get("original_max_position_embeddings")
+    dicts = list(rope.values()) if _nested(rope) else [rope]
+    if spectra and top is not None and any(isinstance(d, Mapping) and "original_max_position_embeddings" in d
+                                           for d in dicts):
+        warn("original_max_position_embeddings is given both inside the rope dict and at the top level: "
+             "transformers overwrites the rope dict's value with the top-level one, so editing only the rope "
+             "dict changes nothing there", "original_twice")
+    if flat.get("use_sliding_window") is False and flat.get("sliding_window"):
+        warn(f"sliding_window={flat['sliding_window']!r} is set but use_sliding_window is false: every layer is "
+             "counted as full attention here, while code that reads sliding_window alone applies the window "
+             "anyway", "window_off")
+    if spectra and "bfloat16" in (flat.get("torch_dtype"), flat.get("dtype")):
+        warn("the config's dtype is bfloat16: keep the rotary angles position·θ in float32, since bf16 holds "
+             "integers exactly only up to 256 and rounds neighbouring positions to one angle", "bf16_angles")
+    return found
+
+
+# ---- text -----------------------------------------------------------------------------------------------------------
+
+def _num(x: float) -> str:
+    if isinstance(x, int) or (float(x).is_integer() and abs(x) < 1e15):
+        return f"{int(x):,}"
+    return f"{x:.4g}"
+
+
+def _length(x: float) -> str:
+    return f"{x:.3g}" if x >= 1e6 or x < 100 else f"{x:,.0f}"
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        numbers = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if numbers and len(numbers) == len(value):
+            return f"[{len(value)} values, {min(numbers):g} to {max(numbers):g}]"
+        return f"[{len(value)} values]"
+    if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
+        return _num(value)
+    return repr(value)
+
+
+def _row(label: str, text: str) -> list[str]:
+    return textwrap.wrap(text, _WIDTH, initial_indent=f"  {label:<{_LABEL - 2}}",
+                         subsequent_indent=" " * _LABEL, break_on_hyphens=False)
+
+
+def _title(entry: Mapping[str, Any]) -> str:
+    n = entry["layers"]
+    return ", ".join(entry["layer_types"]) + ("" if n is None else f" ({n} layer{'s' * (n != 1)})")
+
+
+def _spectrum_lines(e: Mapping[str, Any], context: int) -> list[str]:
+    lines = [f"RoPE · {_title(e)}"]
+    if e["nope_layers"]:
+        lines += _row("NoPE", f"{e['nope_layers']} of these layers skip RoPE")
+    lines += _row("rope_type", e["rope_type"])
+    if e["params"]:
+        lines += _row("parameters", ", ".join(f"{k}={_param(v)}" for k, v in sorted(e["params"].items())))
+    lines += _row("rope_theta", _num(e["rope_theta"]))
+    zeros = f" ({e['planes']} planes in the spectrum)" if e["planes"] != e["rotated_planes"] else ""
+    lines += _row("head", f"{e['head_dim']} dims: {e['rotary_dim']} rotated in {e['rotated_planes']} planes, "
+                          f"{e['unrotated_dims']} without position{zeros}")
+    lines += _row("wavelengths", f"{_length(e['wavelength_min'])} to {_length(e['wavelength_max'])} tokens "
+                                 "(2π/θ per plane)")
+    turns = e["turning_planes"]
+    within = [f"{turns['context']} of {e['rotated_planes']} planes within N = {context:,}"]
+    if turns["original"] is not None and e["original_length"] != context:
+        within.append(f"{turns['original']} within L = {e['original_length']:,}")
+    within += [f"{w['turning_planes']} within the {_SPAN[kind]} of {w['tokens']:,}" for kind, w in e["windows"].items()]
+    lines += _row("full turns", "; ".join(within))
+    lines += _row("θ'/θ", {"none": "1 for every plane (no rescaling)",
+                           "uniform": f"{e['min_ratio']:.4g} for every plane",
+                           "per_plane": f"1 for {e['unchanged_planes']} planes, down to {e['min_ratio']:.4g}"}
+                  [e["rescaling"]])
+    ramp = e["ramp"]
+    if ramp is not None and ramp["kind"] == "planes":
+        lines += _row("ramp", f"planes 0 to {ramp['low']:g} keep θ (more than beta_fast turns in L), planes "
+                              f"{ramp['high']:g} and up get θ/factor (fewer than beta_slow), blended between")
+    elif ramp is not None and ramp["short"] == ramp["long"]:
+        lines += _row("ramp", f"a step at wavelength {_length(ramp['short'])}: shorter ones keep θ, longer ones "
+                              "get θ/factor")
+    elif ramp is not None:
+        lines += _row("ramp", f"wavelengths below {_length(ramp['short'])} keep θ, above {_length(ramp['long'])} "
+                              "get θ/factor, blended between")
+    lines += _row("logits", f"cos/sin × {e['attention_factor']:.4g}, softmax scale × {e['softmax_scale']:.4g}: "
+                            f"logits × {e['logit_factor']:.4g}")
+    return lines
+
+
+def _kv_lines(kv: Mapping[str, Any], report: Mapping[str, Any]) -> list[str]:
+    context, batch = report["context"], report["batch"]
+    layers = ", ".join(f"{n} {kind}" + (f" ({_SPAN[kind]} {kv['windows'][kind]:,})" if kind in kv["windows"] else "")
+                       for kind, n in report["layers"].items())
+    lines = [f"KV cache · {kv['kind']} · {report['dtype']}, {kv['bytes_per_number']} B per number"]
+    lines += _row("layers", layers)
+    per_token = f"{format_bytes(kv['bytes_per_token'])} ({kv['bytes_per_token']:,.0f} B)"
+    if kv["windows"]:
+        per_token += " while the context fits every " + " and ".join(_SPAN[kind] for kind in kv["windows"])
+    lines += _row("per token", per_token)
+    sequences = f"{batch:,} sequence{'s' * (batch != 1)}"
+    lines += _row("total", f"{format_bytes(kv['total_bytes'])} for {context:,} tokens × {sequences}")
+    if kv["indexer"] is not None:
+        idx = kv["indexer"]
+        lines += _row("indexer keys", f"{format_bytes(idx['bytes_per_token'])} per token, "
+                                      f"{format_bytes(idx['total_bytes'])} in all (DeepSeek sparse attention)")
+    if kv["linear_state"] is not None:
+        s = kv["linear_state"]
+        lines += _row("linear state", f"{s['layers']} linear_attention layers keep {format_bytes(s['recurrent'])} "
+                                      f"recurrent + {format_bytes(s['conv'])} conv state per sequence in fp32, "
+                                      f"{format_bytes(s['total_bytes'])} for {sequences}, whatever the length")
+    other = {k: n for k, n in kv["state_layers"].items() if k != "linear_attention"}
+    if other:
+        lines += _row("other state", ", ".join(f"{n} {k}" for k, n in other.items())
+                      + ": fixed-size state, not counted")
+    return lines
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """:func:`config_report`'s report as plain text for a terminal, at most 100 columns wide."""
+    context = report["context"]
+    head = f"posbook inspect · {report['model_type'] or 'config'} · N = {context:,} tokens"
+    if report["max_position_embeddings"] is not None:
+        head += f" (max_position_embeddings {report['max_position_embeddings']:,})"
+    blocks = [[head]]
+    for entry in report["rope"]:
+        if entry["encoding"] == "rope":
+            blocks.append(_spectrum_lines(entry, context))
+        else:
+            label = {"nope": "No RoPE", "alibi": "ALiBi", "unknown": "Position unknown"}[entry["encoding"]]
+            blocks.append(textwrap.wrap(f"{label} · {_title(entry)}: {entry['reason']}", _WIDTH,
+                                        subsequent_indent="  "))
+    if not report["rope"]:
+        blocks.append(["No attention layers."])
+    blocks.append(_kv_lines(report["kv_cache"], report))
+    if report["warnings"]:
+        lines = ["Warnings"]
+        for w in report["warnings"]:
+            lines += textwrap.wrap(w["message"], _WIDTH, initial_indent="  - ", subsequent_indent="    ")
+            lines.append(f"    source: {w['source']}")
+        blocks.append(lines)
+    return "\n\n".join("\n".join(block) for block in blocks)
+
+
+# ---- figure ---------------------------------------------------------------------------------------------------------
+
+def plot_report(report: Any, path: str | Path) -> None:
+    """Draw each rotary spectrum of a report (or of a config, reported with the defaults) into one PNG at ``path``.
+
+    One row per rope entry: the wavelength of every plane on a log axis, the config's spectrum next to the
+    unscaled one, with lines at the context N and the training length L; where the rescaling differs between
+    planes (a ramp), a second panel with θ'_i/θ_i per plane. Raises ValueError if no layer has RoPE.
+    """
+    if not (isinstance(report, Mapping) and report.get("format") == _FORMAT):
+        report = config_report(report)
+    spectra = [e for e in report["rope"] if e["encoding"] == "rope"]
+    if not spectra:
+        raise ValueError("the config has no layer with RoPE, so there is no spectrum to plot")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib only when a figure is asked for
+    from matplotlib.figure import Figure
+
+    ramps = [e["rescaling"] == "per_plane" for e in spectra]
+    columns = 2 if any(ramps) else 1
+    fig = Figure(figsize=(7.5 if columns == 2 else 5, 3 * len(spectra)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(spectra), columns, squeeze=False)
+    for row, (entry, ramp) in zip(axes, zip(spectra, ramps)):
+        planes = range(entry["planes"])
+        scaled = [w if w is not None else math.nan for w in entry["wavelengths"]]
+        # λ = 2π/θ, so the unscaled wavelength is the scaled one times θ'/θ.
+        unscaled = [w * r if r else math.nan for w, r in zip(scaled, entry["frequency_ratio"])]
+        ax = row[0]
+        if entry["rescaling"] != "none":
+            ax.semilogy(planes, unscaled, color="0.6", ls="--", label="unscaled θ")
+        ax.semilogy(planes, scaled, color="C0", label=f"{entry['rope_type']} θ'")
+        same_length = entry["original_length"] == report["context"]
+        ax.axhline(report["context"], color="C3", lw=1, label=f"N = {report['context']:,}" + " = L" * same_length)
+        if entry["original_length"] is not None and not same_length:
+            ax.axhline(entry["original_length"], color="C2", lw=1, ls=":", label=f"L = {entry['original_length']:,}")
+        for kind, window in entry["windows"].items():
+            ax.axhline(window["tokens"], color="C4", lw=1, ls="-.", label=f"{_SPAN[kind]} {window['tokens']:,}")
+        ax.set(title=f"{_title(entry)}\nwavelength 2π/θ_i", xlabel="plane i", ylabel="tokens")
+        ax.legend(fontsize=7)
+        if columns == 2:
+            if ramp:
+                row[1].plot(planes, entry["frequency_ratio"], color="C1")
+                row[1].set(title="rescaling θ'_i/θ_i\n(1 = kept, 1/factor = interpolated)", xlabel="plane i",
+                           ylim=(0, 1.05))
+            else:
+                row[1].axis("off")
+    fig.savefig(path)

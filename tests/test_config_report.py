@@ -1,0 +1,303 @@
+"""posbook inspect: the report's numbers against the library computed directly, on the model table and on hand-made
+configs, and the command line's output and exit statuses (0 report, 1 refused by posbook, 2 bad input)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import posbook as pb
+from posbook.__main__ import main
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+MODELS = pb.models()
+LLAMA = pb.model_config("Llama-3.1-8B")
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """The command line in a fresh interpreter that imports this checkout."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "posbook", "inspect", *args], input=stdin, capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def run(capsys, *args: str) -> tuple[int, str, list[str]]:
+    """The command line in this process: (exit status, stdout, stderr lines)."""
+    status = main(["inspect", *args])
+    out, err = capsys.readouterr()
+    return status, out, err.splitlines()
+
+
+def write(tmp_path: Path, config, name: str = "config.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def library_refusals(config: dict) -> set[str]:
+    """Every message with which the library's own functions refuse this config."""
+    messages = set()
+
+    def attempt(call):
+        try:
+            call()
+        except (ValueError, TypeError) as error:
+            messages.add(str(error))
+
+    attempt(lambda: pb.layer_kinds(config))
+    attempt(lambda: pb.kv_cache_bytes_per_token(pb.without_indexer(config)))
+    attempt(lambda: pb.linear_state_bytes(config))
+    rope = pb.read_config(config).get("rope_parameters") or pb.read_config(config).get("rope_scaling") or {}
+    nested = [key for key, value in rope.items() if isinstance(value, dict)]
+    for layer_type in nested or ["full_attention", "sliding_attention", "chunked_attention"]:
+        attempt(lambda layer_type=layer_type: pb.rope_parameters(config, layer_type=layer_type))
+    return messages
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_table_model_is_reported_with_the_librarys_numbers_or_refused_with_its_message(name, tmp_path, capsys):
+    config = MODELS[name]["config"]
+    # A length to report at where the config gives none, so that the sweep reaches the rope and cache arithmetic.
+    extra = [] if "max_position_embeddings" in config else ["--context", "32768"]
+    status, out, err = run(capsys, write(tmp_path, config), *extra)
+    if status == 0:
+        assert err == []
+        per_token = pb.kv_cache_bytes_per_token(pb.without_indexer(config))
+        assert f"({per_token:,.0f} B)" in out
+        assert max(map(len, out.splitlines())) <= 100
+        rope = pb.read_config(config).get("rope_parameters") or pb.read_config(config).get("rope_scaling")
+        if pb.read_config(config).get("rope_theta") is None and not rope:
+            assert "Position unknown" in out
+        else:
+            keys = [k for k, v in rope.items() if isinstance(v, dict)] if rope else []
+            for layer_type in keys or sorted(set(pb.layer_kinds(config)) & set(pb.KV_LAYER_TYPES)):
+                assert f"rope_type        {pb.rope_spec(config, layer_type).rope_type}\n" in out
+    else:
+        assert status == 1 and out == "" and len(err) == 1
+        assert err[0].removeprefix("posbook inspect: error: ") in library_refusals(config)
+
+
+def test_the_table_holds_both_outcomes():
+    reported = refused = 0
+    for entry in MODELS.values():
+        config = entry["config"]
+        try:
+            pb.config_report(config, context=config.get("max_position_embeddings", 32768))
+            reported += 1
+        except ValueError:
+            refused += 1
+    assert reported >= 30 and refused >= 4
+
+
+def test_llama31_llama3_ramp_and_turns_against_its_spectrum():
+    report = pb.config_report(LLAMA)
+    (entry,) = report["rope"]
+    assert (entry["rope_type"], entry["params"]["factor"], entry["layers"]) == ("llama3", 8.0, 32)
+    assert entry["ramp"] == {"kind": "wavelengths", "short": 8192 / 4, "long": 8192 / 1}
+    inv_freq, _ = pb.rope_parameters(LLAMA, dtype=torch.float64)
+    wavelengths = 2 * math.pi / inv_freq
+    assert entry["turning_planes"] == {"context": int((wavelengths <= 131_072).sum()),
+                                       "original": int((wavelengths <= 8192).sum())}
+    assert entry["turning_planes"]["original"] == 32
+    for plane in (10, 30, 50):  # a context just past a plane's wavelength: that plane has just turned once
+        length = math.ceil(wavelengths[plane])
+        counted = pb.config_report(LLAMA, context=length)["rope"][0]["turning_planes"]["context"]
+        assert counted == int((wavelengths <= length).sum()) == plane + 1
+    # Planes whose unscaled wavelength is below original/high_freq_factor keep their frequency.
+    unscaled = 2 * math.pi / pb.default_inv_freq(128, 500_000.0, dtype=torch.float64)
+    assert entry["unchanged_planes"] == int((unscaled < 2048).sum()) == 29
+    assert entry["min_ratio"] == pytest.approx(1 / 8)
+    assert (entry["rotary_dim"], entry["unrotated_dims"], entry["logit_factor"]) == (128, 0, 1.0)
+    kv = report["kv_cache"]
+    assert (kv["kind"], kv["bytes_per_token"], kv["total_bytes"]) == ("GQA", 131_072, 16 * 1024 ** 3)
+    assert report["warnings"] == []
+
+
+def test_deepseek_v3_yarn_bounds_and_softmax_scale():
+    config = pb.model_config("DeepSeek-V3")
+    (entry,) = pb.config_report(config)["rope"]
+    low, high = pb.yarn_ramp_bounds(64, 10_000.0, 4096, beta_fast=32, beta_slow=1)
+    assert entry["ramp"] == {"kind": "planes", "low": low, "high": high} and (low, high) == (10, 23)
+    assert entry["unchanged_planes"] == low + 1
+    assert entry["softmax_scale"] == pytest.approx(pb.yarn_softmax_scale(config))
+    assert entry["logit_factor"] == pytest.approx((0.1 * math.log(40) + 1) ** 2)
+    assert (entry["head_dim"], entry["rotary_dim"], entry["unrotated_dims"]) == (192, 64, 128)
+    assert pb.config_report(config)["kv_cache"]["bytes_per_token"] == 70_272
+
+
+def test_gemma3_reports_each_layer_types_rope_dict():
+    config = pb.model_config("Gemma-3-27B")
+    report = pb.config_report(config)
+    full, sliding = report["rope"]
+    assert (full["layer_types"], full["layers"], full["rope_type"]) == (["full_attention"], 10, "linear")
+    assert full["rescaling"] == "uniform" and full["min_ratio"] == pytest.approx(1 / 8)
+    assert (sliding["layers"], sliding["rope_type"], sliding["rope_theta"]) == (52, "default", 10_000.0)
+    inv_freq, _ = pb.rope_parameters(config, layer_type="sliding_attention", dtype=torch.float64)
+    assert sliding["windows"] == {"sliding_attention": {"tokens": 1024,
+                                                        "turning_planes": int((2 * math.pi / inv_freq <= 1024).sum())}}
+    assert report["kv_cache"]["bytes_per_token"] == 507_904
+    assert report["kv_cache"]["total_bytes"] == pb.kv_cache_bytes(config, 131_072)
+
+
+def test_batch_and_dtype_scale_the_total():
+    report = pb.config_report(LLAMA, context=4096, batch=3, dtype="fp8")
+    assert report["kv_cache"]["total_bytes"] == pb.kv_cache_bytes(LLAMA, 4096, dtype_bytes=1) * 3
+    assert pb.config_report(LLAMA, dtype="fp32")["kv_cache"]["bytes_per_token"] == 2 * 131_072
+    with pytest.raises(ValueError, match="dtype"):
+        pb.config_report(LLAMA, dtype="int4")
+    with pytest.raises(ValueError, match="batch"):
+        pb.config_report(LLAMA, batch=0)
+
+
+def test_indexer_and_linear_state_are_reported_next_to_the_cache():
+    v32 = pb.model_config("DeepSeek-V3.2")
+    kv = pb.config_report(v32, context=1000)["kv_cache"]
+    row = pb.kv_cache_table(v32, seq_lens=[1000])[0]
+    assert (kv["total_bytes"], kv["indexer"]["total_bytes"]) == (row["kv_bytes"], row["indexer_bytes"])
+    qwen = pb.model_config("Qwen3.8-27B")
+    state = pb.config_report(qwen, batch=2)["kv_cache"]["linear_state"]
+    expected = pb.linear_state_bytes(qwen)
+    assert state["total_bytes"] == 2 * (expected["recurrent"] + expected["conv"]) and state["layers"] == 48
+
+
+def test_layers_without_rope_are_said_so_and_the_cache_still_counts():
+    base = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, max_position_embeddings=512)
+    null = dict(base, sliding_window=16, layer_types=["full_attention", "sliding_attention"],
+                rope_parameters={"full_attention": None, "sliding_attention": {"rope_type": "default",
+                                                                               "rope_theta": 1e4}})
+    full, sliding = pb.config_report(null)["rope"]
+    assert (full["encoding"], full["layers"], sliding["encoding"]) == ("nope", 1, "rope")
+    alibi = pb.config_report(dict(base, alibi=True, rope_theta=1e4))
+    assert alibi["rope"][0]["encoding"] == "alibi" and "ALiBi · full_attention" in pb.format_report(alibi)
+    bare = pb.config_report(base)
+    assert bare["rope"][0]["encoding"] == "unknown" and bare["kv_cache"]["bytes_per_token"] == 2 * 2 * 64 * 2
+    scout = pb.config_report(pb.model_config("Llama-4-Scout"))
+    assert [(e["layer_types"], e["encoding"], e["layers"]) for e in scout["rope"]] == [
+        (["chunked_attention"], "rope", 36), (["full_attention"], "nope", 12)]
+
+
+def test_library_refusals_propagate_with_the_librarys_message():
+    grok = pb.model_config("Grok-2")
+    with pytest.raises(ValueError) as library:
+        pb.rope_spec(grok)
+    with pytest.raises(ValueError) as report:
+        pb.config_report(grok)
+    assert str(report.value) == str(library.value)
+
+
+def sources(config, **kwargs) -> list[str]:
+    return [w["source"] for w in pb.config_report(config, **kwargs)["warnings"]]
+
+
+def test_warnings_fire_on_their_setting_only_and_cite_their_source():
+    gh = "https://github.com/huggingface/transformers/"
+    assert sources(LLAMA) == []
+    assert sources(LLAMA, context=200_000) == ["https://arxiv.org/abs/2306.15595"]
+    assert sources(dict(LLAMA, torch_dtype="bfloat16")) == [gh + "pull/29285"]
+    assert sources(dict(LLAMA, original_max_position_embeddings=8192)) == [gh + "pull/42513"]
+    assert sources(pb.model_config("Qwen2.5-7B")) == [gh + "issues/38002"]
+    dynamic = dict(pb.model_config("Llama-2-7B"), rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    assert sources(dynamic) == [gh + "issues/25104"]
+    qwen_yarn = dict(pb.model_config("Qwen3-8B"), rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                                "original_max_position_embeddings": 32768})
+    assert sources(qwen_yarn) == ["https://huggingface.co/Qwen/Qwen2.5-32B-Instruct#processing-long-texts",
+                                  gh + "issues/38224"]   # 4 × 32,768 is not max_position_embeddings 40,960
+    assert all(w["source"].startswith("https://") for w in pb.config_report(qwen_yarn)["warnings"])
+
+
+@pytest.mark.skipif("longrope" not in pb.ROPE_TYPES, reason="posbook does not implement longrope yet")
+def test_longrope_warns_that_switching_factors_invalidates_the_cache():
+    phi3 = dict(num_hidden_layers=32, hidden_size=3072, num_attention_heads=32, rope_theta=10_000.0,
+                max_position_embeddings=131_072, original_max_position_embeddings=4096,
+                rope_scaling={"type": "longrope", "short_factor": [1.0] * 48, "long_factor": [4.0] * 48})
+    assert "https://github.com/huggingface/transformers/pull/33129" in sources(phi3)
+    assert "[48 values, 1 to 1]" in pb.format_report(pb.config_report(phi3))
+
+
+def test_plot_needs_a_rotary_spectrum(tmp_path):
+    with pytest.raises(ValueError, match="no layer with RoPE"):
+        pb.plot_report(dict(num_hidden_layers=1, hidden_size=8, num_attention_heads=2, max_position_embeddings=8),
+                       tmp_path / "x.png")
+
+
+# ---- the command line in a fresh interpreter ------------------------------------------------------------------------
+
+def test_cli_reads_a_file(tmp_path):
+    done = cli(write(tmp_path, LLAMA))
+    assert done.returncode == 0 and done.stderr == ""
+    assert "rope_type        llama3" in done.stdout and "128 KiB (131,072 B)" in done.stdout
+
+
+def test_cli_reads_stdin_and_prints_strict_json():
+    done = cli("-", "--json", "--context", "4096", stdin=json.dumps(pb.model_config("DeepSeek-V3")))
+    assert done.returncode == 0
+    report = json.loads(done.stdout, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert report["kv_cache"]["bytes_per_token"] == 70_272 and report["context"] == 4096
+
+
+def test_cli_plot_writes_a_png(tmp_path):
+    png = tmp_path / "spectra.png"
+    done = cli(write(tmp_path, pb.model_config("gpt-oss-20b")), "--plot", str(png))
+    assert done.returncode == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_failure_is_one_line_without_traceback(tmp_path):
+    missing = tmp_path / "missing.json"
+    done = cli(str(missing))
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [f"posbook inspect: error: cannot read {missing}: no such file"]
+
+
+# ---- bad input, in this process -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, status, words", [
+    (["{dir}"], 2, "is a directory"),
+    (["{dir}/missing.json"], 2, "no such file"),
+    (["{bad_json}"], 2, "is not JSON"),
+    (["{list_json}"], 2, "must hold a JSON object"),
+    (["{latin1}"], 2, "not UTF-8"),
+    (["{llama}", "--context", "0"], 2, "--context: expected a positive integer"),
+    (["{llama}", "--context", "many"], 2, "--context: expected a positive integer"),
+    (["{llama}", "--batch", "-1"], 2, "--batch: expected a positive integer"),
+    (["{llama}", "--dtype", "int4"], 2, "--dtype: invalid choice"),
+    (["{llama}", "--plot", "{dir}/no/such/folder/x.png"], 2, "does not exist"),
+    (["{llama}", "--plot", "{dir}"], 2, "is a directory"),
+    (["{llama}", "--frobnicate"], 2, "unrecognized arguments"),
+    ([], 2, "required: config"),
+    (["{unknown_key}"], 1, "rope dict has key(s) ['factors']"),
+    (["{unmodelled}"], 1, "kv_source_layer_ids"),
+    (["{no_length}"], 1, "pass context"),
+])
+def test_bad_input_is_one_line_and_an_exit_status(args, status, words, tmp_path, capsys):
+    (tmp_path / "bad.json").write_text("{\"num_hidden_layers\": 2,")
+    (tmp_path / "latin1.json").write_bytes("{\"model_type\": \"caf\xe9\"}".encode("latin-1"))
+    misspelt = dict(LLAMA, rope_scaling={"rope_type": "linear", "factors": 2})
+    no_length = {k: v for k, v in LLAMA.items() if k != "max_position_embeddings"}
+    files = dict(dir=str(tmp_path), bad_json=str(tmp_path / "bad.json"), latin1=str(tmp_path / "latin1.json"),
+                 list_json=write(tmp_path, [1, 2], "list.json"), llama=write(tmp_path, LLAMA, "llama.json"),
+                 unknown_key=write(tmp_path, misspelt, "k.json"), no_length=write(tmp_path, no_length, "n.json"),
+                 unmodelled=write(tmp_path, dict(LLAMA, kv_source_layer_ids=[0, 0]), "u.json"))
+    got, out, err = run(capsys, *[a.format(**files) for a in args])
+    assert (got, out, len(err)) == (status, "", 1)
+    assert err[0].startswith("posbook inspect: error: ") and words in err[0]
+
+
+def test_unreadable_file_is_one_line(tmp_path, capsys, monkeypatch):
+    path = write(tmp_path, LLAMA)
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+    monkeypatch.setattr(Path, "read_text", refuse)
+    assert run(capsys, path) == (2, "", [f"posbook inspect: error: cannot read {path}: permission denied"])
+
+
+def test_no_command_is_one_line(capsys):
+    assert main([]) == 2
+    assert capsys.readouterr().err.splitlines() == ["posbook: error: the following arguments are required: command"]
