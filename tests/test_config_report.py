@@ -212,7 +212,6 @@ def test_warnings_fire_on_their_setting_only_and_cite_their_source():
     assert all(w["source"].startswith("https://") for w in pb.config_report(qwen_yarn)["warnings"])
 
 
-@pytest.mark.skipif("longrope" not in pb.ROPE_TYPES, reason="posbook does not implement longrope yet")
 def test_longrope_warns_that_switching_factors_invalidates_the_cache():
     phi3 = dict(num_hidden_layers=32, hidden_size=3072, num_attention_heads=32, rope_theta=10_000.0,
                 max_position_embeddings=131_072, original_max_position_embeddings=4096,

@@ -214,8 +214,8 @@ def _head_dim(config: Mapping[str, Any], layer_type: str | None, mla_rope: bool)
 
 def _original_max_positions(config: Mapping[str, Any], rope: Mapping[str, Any], max_pos: int | None) -> int:
     # The pre-training length lives inside the rope dict in most configs and at the top level in Phi-3's;
-    # when both exist and disagree, which one wins has differed between transformers versions
-    # (huggingface/transformers#38224, #40320), so posbook refuses to guess.
+    # when both exist and disagree, transformers now lets the top-level one overwrite the rope dict's
+    # (huggingface/transformers#42513), which earlier versions did not; posbook refuses to guess.
     inside, outside = rope.get("original_max_position_embeddings"), config.get("original_max_position_embeddings")
     if inside is not None and outside is not None and inside != outside:
         raise ValueError(f"original_max_position_embeddings is given twice with different values: {inside!r} inside "
