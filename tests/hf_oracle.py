@@ -8,7 +8,9 @@ those), and for Hub-style ``config.json`` dicts of the families whose legacy key
   each in four forms (the config object, its ``to_dict()``, the legacy top-level ``rope_theta``/``rope_scaling``
   form, and the multimodal config with its ``text_config`` nested);
 * KV cache: ``posbook.kv_cache_bytes_per_token`` against the key/value bytes a tiny float32 instance caches over a
-  few tokens, and ``posbook.kv_cache_bytes`` past the window for models with sliding or chunked layers.
+  few tokens, and ``posbook.kv_cache_bytes`` past the window for models with sliding or chunked layers;
+* the report of ``python -m posbook inspect`` (``posbook.config_report``): it runs on every config or refuses it
+  with posbook's own error.
 
 Each check ends as ``match``, ``refused`` (posbook raised ValueError/TypeError: it does not model something and
 says so), ``mismatch`` (a silent wrong number: a failing test unless documented as a deviation), ``no_rope`` or
@@ -648,6 +650,16 @@ def kv_check(forms: dict, cached: int, seq: int, dtype_bytes: int, *, total: boo
     return outcome("match", f"{cached} bytes after {seq} tokens")
 
 
+def report_check(config) -> dict:
+    """``posbook inspect``'s report of a config: it runs, or posbook refuses it by name (any other exception fails
+    the test)."""
+    try:
+        pb.config_report(config, context=4096)
+    except (ValueError, TypeError) as e:
+        return outcome("refused", err(e))
+    return outcome("match", "reported")
+
+
 def _tiny_model(text, factory):
     """A tiny float32 model of ``text``'s architecture and its config; None where transformers cannot build one."""
     o, lists, layers, _ = tiny_overrides(text)
@@ -684,7 +696,7 @@ def _tiny_model(text, factory):
 
 
 def check_architecture(model_type: str, model_class: str, *, build_tiny: bool = True) -> dict:
-    """{"rope", "rope_tiny", "kv", "kv_window"} outcomes for one architecture (or {"covered_by": type} for a VLM
+    """{"rope", "report", "rope_tiny", "kv", "kv_window"} outcomes for one architecture (or {"covered_by": type} for a VLM
     whose text config is a causal-LM config checked on its own). ``build_tiny=False`` checks the RoPE of the default
     config only (for architectures transformers takes too long to build on CPU)."""
     with limit(4 * CHECK_SECONDS):
@@ -704,6 +716,7 @@ def check_architecture(model_type: str, model_class: str, *, build_tiny: bool = 
             result["rope"] = rope_check(modules, text, config_forms(cfg, text))
     except Timeout:
         result["rope"] = outcome("unavailable", "the rotary module took too long to build")
+    result["report"] = report_check(text.to_dict())
     factory = make_kv_factory(text_type if text is not cfg else model_type)
     if not build_tiny:
         return result
@@ -801,7 +814,7 @@ def forms_agree(forms: dict) -> dict:
 
 
 def check_hub_config(model_type: str, raw: dict) -> dict:
-    """{"rope", "kv_forms", "kv"} outcomes for one config.json dict, read by posbook as given and by transformers:
+    """{"rope", "kv_forms", "report", "kv"} outcomes for one config.json dict, read by posbook as given and by transformers:
     the rope of every form against the rotary module, bytes per token alike in every form, and equal to what a
     meta-device model of the same shapes caches."""
     try:
@@ -820,6 +833,7 @@ def check_hub_config(model_type: str, raw: dict) -> dict:
     with limit(CHECK_SECONDS):
         result["rope"] = rope_check(modules, text, forms)
     result["kv_forms"] = forms_agree(forms)
+    result["report"] = report_check(raw)
     factory = make_kv_factory(text.model_type)
     try:
         with limit(3 * CHECK_SECONDS):

@@ -51,7 +51,7 @@ UNMODELLED_KEYS: dict[str, tuple[str, str]] = {
     "kv_source_layer_ids": ("KV shared across layers", "kv"),
     "num_kv_shared_layers": ("KV shared across layers (Gemma 3n/4)", "kv"),
     "attention_head_dim": ("a head width that differs from hidden_size / num_attention_heads in shared attention "
-                           "blocks (Zamba2)", "both"),
+                           "blocks (Zamba, Zamba2)", "both"),
     "layers_block_type": ("per-layer block kinds that are not layer_types (Zamba2's shared 'hybrid' blocks)", "both"),
     "dim_head": ("CPM-Ant's attention, whose cache also holds virtual prompt positions", "both"),
 }
