@@ -39,7 +39,7 @@ from .stability import (attention_entropy, entropy_lower_bound, extremal_logits,
 from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, attention_costs, cache_kind, format_bytes,
                       indexer_values_per_layer, kv_cache_bytes, kv_cache_bytes_per_token, kv_cache_table,
                       kv_values_per_layer, layer_kinds, linear_state_bytes, without_indexer)
-from .hf_config import read_config
+from .hf_config import NotModelledError, read_config
 from .model_configs import model_config, models
 from .config_report import config_report, format_report, plot_report
 from .score import (cosine_sum, fast_planes, normal_ks_distance, position_inversion_rate, rope_decay_bound,
@@ -74,7 +74,7 @@ __all__ = [
     "qk_clip_", "qk_clip_factors", "qk_clip_mla_", "softcap",
     "KV_LAYER_TYPES", "STATE_LAYER_TYPES", "attention_costs", "cache_kind", "format_bytes", "indexer_values_per_layer",
     "kv_cache_bytes", "kv_cache_bytes_per_token", "kv_cache_table", "kv_values_per_layer", "layer_kinds",
-    "linear_state_bytes", "without_indexer", "read_config",
+    "linear_state_bytes", "without_indexer", "NotModelledError", "read_config",
     "model_config", "models", "config_report", "format_report", "plot_report",
     # 6. measurements
     "cosine_sum", "fast_planes", "normal_ks_distance", "position_inversion_rate", "rope_decay_bound",

@@ -3,8 +3,8 @@
 
 Prints what a model's config does to position and to the KV cache (:func:`posbook.config_report.config_report`);
 ``-`` reads the config from standard input. A failure is one line on standard error. Exit status: 0 when the report
-is printed, 1 when posbook refuses the config (its message), 2 for a bad command line or an input that is not a
-readable JSON object.
+is printed (a part posbook does not model is said so in it), 1 when posbook can report nothing of the config (its
+message), 2 for a bad command line or an input that is not a readable JSON object.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m posbook", description="posbook on the command line.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     i = sub.add_parser("inspect", help="what a model's config does to position and to the KV cache",
-                       description=__doc__.split("\n\n")[1], epilog="exit status: 0 report printed, 1 config "
-                       "refused by posbook, 2 bad command line or unreadable input")
+                       description=__doc__.split("\n\n")[1], epilog="exit status: 0 report printed, 1 nothing "
+                       "of the config can be reported, 2 bad command line or unreadable input")
     i.add_argument("config", help="a config.json, or - for standard input")
     i.add_argument("--context", type=_positive_int, help="context length N (default: max_position_embeddings)")
     i.add_argument("--batch", type=_positive_int, default=1, help="sequences in the cache (default: 1)")

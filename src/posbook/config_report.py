@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import torch
 
 from . import _checks
-from .hf_config import read_config
+from .hf_config import NotModelledError, read_config
 from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, cache_kind, format_bytes, indexer_values_per_layer,
                       kv_cache_bytes, kv_cache_bytes_per_token, kv_cache_table, layer_kinds, linear_state_bytes,
                       without_indexer)
@@ -66,18 +66,24 @@ def config_report(config: Any, *, context: int | None = None, batch: int = 1, dt
         "kv_cache", "warnings"}``. ``layers`` counts the layers of each ``layer_types`` kind. ``rope`` holds one
         entry per rope dict: for configs with one rope dict per layer type (Gemma 3/4, DeepSeek-V4) one per key,
         otherwise one per attention layer type, merged where they are the same. Its ``encoding`` is ``"rope"``,
-        ``"nope"`` (NoPE layers, a null rope dict), ``"alibi"`` or ``"unknown"`` (no rope keys at all); the
-        others give the ``reason``. A ``"rope"`` entry gives the spectrum at N (``wavelengths``, null for an
+        ``"nope"`` (NoPE layers, a null rope dict), ``"alibi"``, ``"unknown"`` (no rope keys at all) or
+        ``"refused"`` (posbook does not model that rope dict); the others give the ``reason``. A part of the
+        cache posbook does not model is ``{"error": message}`` (``kv_cache`` itself, or its ``linear_state``):
+        the rest of the report still stands. A ``"rope"`` entry gives the spectrum at N (``wavelengths``, null for an
         unrotated plane, and ``frequency_ratio`` θ'/θ per plane) and its summary; its counts of planes turning
         fully are of that spectrum. ``warnings`` is a list of ``{"message", "source"}``, the source a URL.
 
     Raises:
-        ValueError, TypeError: for a bad argument, or a config that posbook's modules refuse (their message).
+        ValueError, TypeError: for a bad argument, or a config of which posbook can report nothing (the first
+        refusal's message).
     """
     flat = read_config(config)
     _checks.choice("dtype", dtype, tuple(KV_DTYPES))
     _checks.number("batch", batch, integer=True, positive=True)
-    kinds = layer_kinds(flat)
+    try:
+        kinds, kinds_error = layer_kinds(flat), None
+    except NotModelledError as error:  # layer kinds posbook has no rule for: the rope dicts can still be read
+        kinds, kinds_error = None, str(error)
     max_pos = flat.get("max_position_embeddings")
     if max_pos is not None:
         _checks.number("max_position_embeddings", max_pos, integer=True, positive=True)
@@ -93,12 +99,25 @@ def config_report(config: Any, *, context: int | None = None, batch: int = 1, dt
         "batch": batch,
         "dtype": dtype,
         "max_position_embeddings": max_pos,
-        "layers": dict(Counter(kinds)),
+        "layers": dict(Counter(kinds or [])),
         "rope": _rope_entries(flat, kinds, context),
-        "kv_cache": _kv_cache(flat, kinds, context, batch, KV_DTYPES[dtype]),
+        "kv_cache": {"error": kinds_error} if kinds is None else _refusal_or(
+            lambda: _kv_cache(flat, kinds, context, batch, KV_DTYPES[dtype]), lambda error: {"error": error}),
     }
+    refusals = [e["reason"] for e in report["rope"] if e["encoding"] == "refused"]
+    if "error" in report["kv_cache"] and len(refusals) == len(report["rope"]):
+        raise ValueError((refusals or [report["kv_cache"]["error"]])[0])  # nothing posbook can report
     report["warnings"] = _warnings(flat, report)
     return report
+
+
+def _refusal_or(compute: Any, refused: Any, errors: tuple[type[Exception], ...] = (NotModelledError,)) -> Any:
+    """compute(), or refused(message) where posbook does not model that part of the config: the rest is still
+    reported. Any other error in the config (a misspelt key, a contradiction) is raised."""
+    try:
+        return compute()
+    except errors as error:
+        return refused(str(error))
 
 
 # ---- position -------------------------------------------------------------------------------------------------------
@@ -125,7 +144,12 @@ def _nested(rope: Any) -> bool:
     return isinstance(rope, Mapping) and any(isinstance(v, Mapping) for v in rope.values())
 
 
-def _rope_entries(flat: Mapping[str, Any], kinds: list[str], context: int) -> list[dict[str, Any]]:
+def _rope_entries(flat: Mapping[str, Any], kinds: list[str] | None, context: int) -> list[dict[str, Any]]:
+    """One entry per rope dict; ``kinds`` None when the layer kinds are unknown (then one for every layer)."""
+    if kinds is None and not _nested(_rope_dict(flat)):
+        return [_refusal_or(lambda: _spectrum_entry(flat, None, None, {}, context),
+                            lambda error: _no_rope(["every layer"], None, "refused", error))]
+    kinds = kinds or []
     attention = [k for k in dict.fromkeys(kinds) if k in KV_LAYER_TYPES]
     layers_of = {k: [i for i, kind in enumerate(kinds) if kind == k] for k in attention}
     n_attention = sum(map(len, layers_of.values()))
@@ -145,14 +169,17 @@ def _rope_entries(flat: Mapping[str, Any], kinds: list[str], context: int) -> li
                 n = None if layers is None else len(layers)
                 entries.append(_no_rope([key], n, "nope", "its rope dict is null"))
             else:
-                entries.append(_spectrum_entry(flat, key, layers, nope, context))
+                entries.append(_refusal_or(lambda: _spectrum_entry(flat, key, layers, nope, context),
+                                           lambda error: _no_rope([key], None if layers is None else len(layers),
+                                                                  "refused", error)))
         return entries
     for kind in attention:
         if all(i in nope for i in layers_of[kind]):
             reason = "; ".join(sorted({nope[i] for i in layers_of[kind]}))
             entry = _no_rope([kind], len(layers_of[kind]), "nope", reason)
         else:
-            entry = _spectrum_entry(flat, kind, layers_of[kind], nope, context)
+            entry = _refusal_or(lambda: _spectrum_entry(flat, kind, layers_of[kind], nope, context),
+                                lambda error: _no_rope([kind], len(layers_of[kind]), "refused", error))
         same = next((e for e in entries if _same(e, entry)), None)
         if same is None:
             entries.append(entry)
@@ -211,7 +238,7 @@ def _spectrum_entry(flat: Mapping[str, Any], layer_type: str, layers: list[int] 
         rescaling = "per_plane"
     softmax_scale = yarn_softmax_scale(flat, layer_type=layer_type)
     return {
-        "layer_types": [layer_type],
+        "layer_types": [layer_type or "every layer"],
         "layers": None if layers is None else len(layers),
         "encoding": "rope",
         "rope_type": spec.rope_type,
@@ -281,9 +308,12 @@ def _kv_cache(flat: Mapping[str, Any], kinds: list[str], context: int, batch: in
         cache["indexer"] = {"values_per_layer": index_values, "bytes_per_token": one["indexer_bytes"],
                             "total_bytes": full["indexer_bytes"] * batch}
     if "linear_attention" in kinds:
-        state = linear_state_bytes(flat, _STATE_BYTES)
-        cache["linear_state"] = {**state, "bytes_per_number": _STATE_BYTES,
-                                 "total_bytes": (state["recurrent"] + state["conv"]) * batch}
+        def state() -> dict[str, Any]:
+            numbers = linear_state_bytes(flat, _STATE_BYTES)
+            return {**numbers, "bytes_per_number": _STATE_BYTES,
+                    "total_bytes": (numbers["recurrent"] + numbers["conv"]) * batch}
+        # Linear-attention layers other than Gated DeltaNet (Kimi's KDA) name their sizes differently.
+        cache["linear_state"] = _refusal_or(state, lambda error: {"error": error}, (ValueError,))
     return cache
 
 
@@ -425,7 +455,9 @@ def _kv_lines(kv: Mapping[str, Any], report: Mapping[str, Any]) -> list[str]:
         idx = kv["indexer"]
         lines += _row("indexer keys", f"{format_bytes(idx['bytes_per_token'])} per token, "
                                       f"{format_bytes(idx['total_bytes'])} in all (DeepSeek sparse attention)")
-    if kv["linear_state"] is not None:
+    if kv["linear_state"] is not None and "error" in kv["linear_state"]:
+        lines += _row("linear state", "not modelled: " + kv["linear_state"]["error"])
+    elif kv["linear_state"] is not None:
         s = kv["linear_state"]
         lines += _row("linear state", f"{s['layers']} linear_attention layers keep {format_bytes(s['recurrent'])} "
                                       f"recurrent + {format_bytes(s['conv'])} conv state per sequence in fp32, "
@@ -448,12 +480,17 @@ def format_report(report: Mapping[str, Any]) -> str:
         if entry["encoding"] == "rope":
             blocks.append(_spectrum_lines(entry, context))
         else:
-            label = {"nope": "No RoPE", "alibi": "ALiBi", "unknown": "Position unknown"}[entry["encoding"]]
+            label = {"nope": "No RoPE", "alibi": "ALiBi", "unknown": "Position unknown",
+                     "refused": "RoPE not modelled"}[entry["encoding"]]
             blocks.append(textwrap.wrap(f"{label} · {_title(entry)}: {entry['reason']}", _WIDTH,
                                         subsequent_indent="  "))
     if not report["rope"]:
         blocks.append(["No attention layers."])
-    blocks.append(_kv_lines(report["kv_cache"], report))
+    if "error" in report["kv_cache"]:
+        blocks.append(textwrap.wrap(f"KV cache · not modelled: {report['kv_cache']['error']}", _WIDTH,
+                                    subsequent_indent="  "))
+    else:
+        blocks.append(_kv_lines(report["kv_cache"], report))
     if report["warnings"]:
         lines = ["Warnings"]
         for w in report["warnings"]:

@@ -27,6 +27,12 @@ from typing import Any, Mapping
 
 from . import _checks
 
+class NotModelledError(ValueError):
+    """A config holds something posbook does not model (a key, a rope type, a kind of layer): its arithmetic would
+    be wrong, so it refuses. A ValueError, so callers that catch those keep working; :func:`posbook.config_report`
+    reports the other parts of such a config."""
+
+
 # Old names of standard keys: standard name -> the names older configs use for it (GPT-2, GPT-J, BLOOM, Falcon's
 # RW era, GPT-NeoX, JetMoe, ...). A config that gives a standard key and one of its old names with a different
 # value is refused.
@@ -101,16 +107,16 @@ def read_config(config: Any) -> dict[str, Any]:
 
 
 def refuse_unmodelled(config: Mapping[str, Any], affects: str) -> None:
-    """Raise ValueError if ``config`` holds a key (or is an architecture) whose effect on ``affects`` ("rope" or
+    """Raise :class:`NotModelledError` if ``config`` holds a key (or is an architecture) whose effect on ``affects`` ("rope" or
     "kv") posbook does not model."""
     for key, (what, scope) in UNMODELLED_KEYS.items():
         if scope in (affects, "both") and config.get(key) not in (None, 0, False, [], {}):
-            raise ValueError(f"config has {key!r}: {what}, which posbook does not model. Remove the key knowingly "
-                             "to count only the standard part")
+            raise NotModelledError(f"config has {key!r}: {what}, which posbook does not model. Remove the key "
+                                   "knowingly to count only the standard part")
     model_type = config.get("model_type")
     if affects == "kv" and model_type in UNMODELLED_MODEL_TYPES:
-        raise ValueError(f"config has model_type {model_type!r}: {UNMODELLED_MODEL_TYPES[model_type]}, which posbook "
-                         "does not model")
+        raise NotModelledError(f"config has model_type {model_type!r}: {UNMODELLED_MODEL_TYPES[model_type]}, "
+                               "which posbook does not model")
 
 
 def _as_dict(config: Any, name: str = "config") -> dict[str, Any]:

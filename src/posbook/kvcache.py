@@ -20,7 +20,7 @@ import copy
 from typing import Any, Mapping
 
 from . import _checks
-from .hf_config import read_config, refuse_unmodelled
+from .hf_config import NotModelledError, read_config, refuse_unmodelled
 
 KV_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 """``layer_types`` entries that keep keys and values."""
@@ -84,7 +84,9 @@ def layer_kinds(config: Mapping[str, Any]) -> list[str]:
     if not isinstance(kinds, (list, tuple)) or len(kinds) != n_layers:
         raise ValueError(f"layer_types must be a list with num_hidden_layers={n_layers} entries, got {kinds!r}")
     for kind in kinds:
-        _checks.choice("layer_types entry", kind, KV_LAYER_TYPES + STATE_LAYER_TYPES)
+        if kind not in KV_LAYER_TYPES + STATE_LAYER_TYPES:
+            raise NotModelledError(f"layer_types entry must be one of {KV_LAYER_TYPES + STATE_LAYER_TYPES}, got "
+                                   f"{kind!r}: a kind of layer posbook has no cache rule for")
     return list(kinds)
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from . import _checks
-from .hf_config import read_config, refuse_unmodelled
+from .hf_config import NotModelledError, read_config, refuse_unmodelled
 from .rope import mrope_plane_axes
 
 def default_inv_freq(rotary_dim: int, rope_theta: float = 10000.0, *,
@@ -119,7 +119,8 @@ def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeS
         raise TypeError(f"config[{key!r}] must be a dict or None, got {type(rope).__name__} {rope!r}")
     nested = any(isinstance(v, Mapping) for v in rope.values())
     if not nested and any(config.get(key) for key in ("o_groups", "compress_ratios")):
-        raise ValueError("config has DeepSeek-V4 attention (o_groups or compress_ratios) with one flat rope dict; "
+        raise NotModelledError("config has DeepSeek-V4 attention (o_groups or compress_ratios) with one flat rope "
+                               "dict; "
                          "transformers splits it into a 'main' and a 'compress' RoPE at compress_rope_theta, which "
                          "this config does not give")
     if nested:
@@ -188,7 +189,9 @@ def _rope_type(rope: Mapping[str, Any]) -> str:
     if new is not None and old is not None and new != old:
         raise ValueError(f"rope dict gives rope_type={new!r} and type={old!r}; give one")
     rope_type = new if new is not None else old if old is not None else "default"
-    return _checks.choice("rope_type", rope_type, ROPE_TYPES)
+    if rope_type not in ROPE_TYPES:
+        raise NotModelledError(f"rope_type must be one of {tuple(ROPE_TYPES)}, got {rope_type!r}")
+    return rope_type
 
 
 def _head_dim(config: Mapping[str, Any], layer_type: str | None, mla_rope: bool) -> int:
