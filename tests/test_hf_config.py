@@ -115,3 +115,10 @@ def test_architectures_whose_config_json_gives_no_base_get_the_one_transformers_
     assert inv_freq.numel() == 32 and inv_freq[1] == pytest.approx(1e4 ** (-2 / 64))
     with pytest.raises(ValueError, match="rope_theta"):  # without model_type there is no default to take
         pb.rope_parameters({k: v for k, v in gptj.items() if k != "model_type"})
+
+
+def test_num_kv_heads_outside_falcon_is_the_number_of_kv_heads():
+    config = {"num_hidden_layers": 2, "num_attention_heads": 8, "num_kv_heads": 2, "head_dim": 64}
+    assert pb.kv_values_per_layer(config) == 2 * 2 * 64
+    with pytest.raises(ValueError, match="num_kv_heads=4"):
+        read_config(dict(config, num_kv_heads=4, num_key_value_heads=2))

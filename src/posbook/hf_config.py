@@ -144,9 +144,13 @@ def _rename(flat: dict[str, Any], old: str, standard: str) -> None:
 
 
 def _falcon_heads(flat: dict[str, Any]) -> None:
-    # Falcon's RW-era keys: `multi_query: true` is one K/V head (Falcon-7B); the new decoder architecture
-    # (Falcon-40B/180B) has `num_kv_heads` K/V groups. Otherwise every head has its own K/V. GPT-BigCode's
-    # `multi_query` means one K/V head too.
+    # Falcon's keys: `multi_query: true` is one K/V head (Falcon-7B); the new decoder architecture (Falcon-40B/180B)
+    # has `num_kv_heads` K/V groups; otherwise every head has its own K/V. GPT-BigCode's `multi_query` means one
+    # K/V head too. Outside those architectures, `num_kv_heads` is another name for num_key_value_heads.
+    if "multi_query" not in flat and "new_decoder_architecture" not in flat:
+        if "num_kv_heads" in flat:
+            _rename(flat, "num_kv_heads", "num_key_value_heads")
+        return
     kv_heads, multi_query = flat.pop("num_kv_heads", None), flat.pop("multi_query", None)
     if multi_query is not None and not isinstance(multi_query, bool):
         raise TypeError(f"multi_query must be a bool, got {type(multi_query).__name__} {multi_query!r}")
