@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import torch
 
 from . import _checks
-from .hf_config import NotModelledError, read_config
+from .hf_config import NotModelledError, read_config, rope_dict
 from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, cache_kind, format_bytes, indexer_values_per_layer,
                       kv_cache_bytes, kv_cache_bytes_per_token, kv_cache_table, layer_kinds, linear_state_bytes,
                       without_indexer)
@@ -122,10 +122,6 @@ def _refusal_or(compute: Any, refused: Any, errors: tuple[type[Exception], ...] 
 
 # ---- position -------------------------------------------------------------------------------------------------------
 
-def _rope_dict(flat: Mapping[str, Any]) -> Any:
-    return flat.get("rope_parameters") if flat.get("rope_parameters") is not None else flat.get("rope_scaling")
-
-
 def _nope_layers(flat: Mapping[str, Any], n_layers: int) -> dict[int, str]:
     """Layers whose attention skips RoPE by a config key, index → the key that says so."""
     nope: dict[int, str] = {}
@@ -146,14 +142,14 @@ def _nested(rope: Any) -> bool:
 
 def _rope_entries(flat: Mapping[str, Any], kinds: list[str] | None, context: int) -> list[dict[str, Any]]:
     """One entry per rope dict; ``kinds`` None when the layer kinds are unknown (then one for every layer)."""
-    if kinds is None and not _nested(_rope_dict(flat)):
+    if kinds is None and not _nested(rope_dict(flat)):
         return [_refusal_or(lambda: _spectrum_entry(flat, None, None, {}, context),
                             lambda error: _no_rope(["every layer"], None, "refused", error))]
     kinds = kinds or []
     attention = [k for k in dict.fromkeys(kinds) if k in KV_LAYER_TYPES]
     layers_of = {k: [i for i, kind in enumerate(kinds) if kind == k] for k in attention}
     n_attention = sum(map(len, layers_of.values()))
-    rope = _rope_dict(flat)
+    rope = rope_dict(flat)
     if flat.get("alibi") is True:
         return [_no_rope(attention, n_attention, "alibi", "ALiBi biases on the logits (alibi: true)")]
     if flat.get("rope_theta") is None and not rope:
@@ -350,7 +346,7 @@ def _warnings(flat: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[s
             warn(f"{name}: LongRoPE switches from short_factor to long_factor past "
                  f"{entry['original_length']:,} tokens, which invalidates every key cached before the switch",
                  "longrope")
-    rope = _rope_dict(flat)
+    rope = rope_dict(flat)
     top = flat.get("original_max_position_embeddings")
     dicts = list(rope.values()) if _nested(rope) else [rope]
     if spectra and top is not None and any(isinstance(d, Mapping) and "original_max_position_embeddings" in d

@@ -189,15 +189,17 @@ def _rotary_dim(flat: dict[str, Any]) -> None:
 
 def _absent_rope_theta(flat: dict[str, Any]) -> None:
     default = ROPE_THETA_WHEN_ABSENT.get(flat.get("model_type"))
-    rope = _rope_dict(flat) or {}
+    rope = rope_dict(flat) or {}
     if default is None or flat.get("rope_theta") is not None or flat.get("alibi") is True:
         return
     if rope.get("rope_theta") is None and not any(isinstance(v, Mapping) for v in rope.values()):
         flat["rope_theta"] = default
 
 
-def _rope_dict(flat: Mapping[str, Any]) -> dict[str, Any] | None:
-    rope = flat.get("rope_parameters") if flat.get("rope_parameters") is not None else flat.get("rope_scaling")
+def rope_dict(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The rope dict of a config read by :func:`read_config`: ``rope_parameters`` (transformers v5), else the legacy
+    ``rope_scaling``; None if it has neither (or a null one)."""
+    rope = config.get("rope_parameters") if config.get("rope_parameters") is not None else config.get("rope_scaling")
     return dict(rope) if isinstance(rope, Mapping) else None
 
 
@@ -208,7 +210,7 @@ def _local_base_freq(flat: dict[str, Any]) -> None:
     local = flat.pop("rope_local_base_freq", None)
     if local is None:
         return
-    rope = _rope_dict(flat) or {}
+    rope = rope_dict(flat) or {}
     if any(isinstance(v, Mapping) for v in rope.values()):
         sliding = rope.get("sliding_attention") or {}
         if sliding.get("rope_theta") not in (None, local):
@@ -232,7 +234,7 @@ def _compress_rope(flat: dict[str, Any]) -> None:
     compress_theta = flat.pop("compress_rope_theta", None)
     if compress_theta is None:
         return
-    rope = _rope_dict(flat) or {}
+    rope = rope_dict(flat) or {}
     if isinstance(rope.get("main"), Mapping) and isinstance(rope.get("compress"), Mapping):
         return
     partial = flat.get("partial_rotary_factor", rope.get("partial_rotary_factor"))
