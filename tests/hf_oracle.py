@@ -20,6 +20,7 @@ that file from a fresh run (review the diff: every new refusal or deviation need
 """
 from __future__ import annotations
 
+import collections
 import copy
 import importlib
 import inspect
@@ -45,6 +46,10 @@ COVERAGE_FILE = Path(__file__).resolve().parents[1] / "src" / "posbook" / "data"
 RTOL = 1e-5
 SEQ = 5               # tokens run through a tiny model
 CHECK_SECONDS = 30.0  # per phase of one architecture: generous, so that a loaded machine does not time out
+# Architectures transformers takes tens of seconds to build even tiny on a CPU: their tiny model is not built, so
+# the run takes the same path on every machine (their RoPE is still checked).
+SLOW_TO_BUILD = {"blt": "byte-latent encoder, patcher and decoder", "phi4_multimodal": "audio and vision towers",
+                 "pi0": "vision-language-action stack"}
 KV_KINDS = set(kvcache.KV_LAYER_TYPES)
 STATE_KINDS = set(kvcache.STATE_LAYER_TYPES) | {"mamba2", "conv", "linear", "mlp", "moe", "dummy", "ssm"}
 
@@ -284,7 +289,8 @@ def tiny_overrides(cfg0):
             o["head_dim"] = 32 if hd0 != natural else 16
     except Exception:
         pass
-    if "head_dim" in d0 and d0.get("head_dim") is None and "kv_lora_rank" not in d0 and _has(cfg0, "num_attention_heads"):
+    if "head_dim" in d0 and d0.get("head_dim") is None and "kv_lora_rank" not in d0 \
+            and _has(cfg0, "num_attention_heads"):
         o["head_dim"] = 16
     if "num_key_value_heads" in d0 and d0.get("num_key_value_heads") is None and _has(cfg0, "num_attention_heads"):
         o["num_key_value_heads"] = 4
@@ -650,6 +656,22 @@ def kv_check(forms: dict, cached: int, seq: int, dtype_bytes: int, *, total: boo
     return outcome("match", f"{cached} bytes after {seq} tokens")
 
 
+def layout_check(d: dict) -> dict:
+    """The layer kinds posbook derives for a config.json without ``layer_types`` against those transformers derived
+    (its ``to_dict()`` writes them): equal, or refused by name."""
+    hf_kinds = d.get("layer_types")
+    if not isinstance(hf_kinds, list) or len(hf_kinds) != d.get("num_hidden_layers"):
+        return outcome("unavailable", "transformers writes no layer_types for this config")
+    try:
+        kinds = kvcache.layer_kinds({k: v for k, v in d.items() if k != "layer_types"})
+    except (ValueError, TypeError) as e:
+        return outcome("refused", err(e))
+    if kinds != list(map(str, hf_kinds)):
+        return outcome("mismatch", f"posbook lays out {dict(collections.Counter(kinds))}, transformers "
+                                   f"{dict(collections.Counter(map(str, hf_kinds)))}")
+    return outcome("match", "same layer kinds")
+
+
 def report_check(config) -> dict:
     """``posbook inspect``'s report of a config: it runs, or posbook refuses it by name (any other exception fails
     the test)."""
@@ -695,10 +717,10 @@ def _tiny_model(text, factory):
     return None, None, " / ".join(reasons)
 
 
-def check_architecture(model_type: str, model_class: str, *, build_tiny: bool = True) -> dict:
-    """{"rope", "report", "rope_tiny", "kv", "kv_window"} outcomes for one architecture (or {"covered_by": type} for a VLM
-    whose text config is a causal-LM config checked on its own). ``build_tiny=False`` checks the RoPE of the default
-    config only (for architectures transformers takes too long to build on CPU)."""
+def check_architecture(model_type: str, model_class: str) -> dict:
+    """{"rope", "report", "layout", "rope_tiny", "kv", "kv_window"} outcomes for one architecture (or
+    {"covered_by": type} for a VLM whose text config is a causal-LM config checked on its own). For the
+    architectures in SLOW_TO_BUILD only the default config's checks run."""
     with limit(4 * CHECK_SECONDS):
         cfg = CONFIG_MAPPING[model_type]()
         _, module = module_of_class(model_class)
@@ -717,8 +739,10 @@ def check_architecture(model_type: str, model_class: str, *, build_tiny: bool = 
     except Timeout:
         result["rope"] = outcome("unavailable", "the rotary module took too long to build")
     result["report"] = report_check(text.to_dict())
+    result["layout"] = layout_check(text.to_dict())
     factory = make_kv_factory(text_type if text is not cfg else model_type)
-    if not build_tiny:
+    if model_type in SLOW_TO_BUILD:
+        result["kv"] = outcome("unavailable", f"not built on CPU: {SLOW_TO_BUILD[model_type]}")
         return result
     if factory is None:
         result["kv"] = outcome("unavailable", f"no causal-LM or base model class for {text_type}")
@@ -799,24 +823,29 @@ def _meta_model_cache(text, factory) -> tuple[int, int, object]:
 
 
 def forms_agree(forms: dict) -> dict:
-    """posbook's bytes per token must be the same for every form of one config (or refused by name)."""
+    """posbook's bytes per token, and in all past the longest window, must be the same for every form of one config
+    (or refused by name): the object's to_dict() holds the layer kinds transformers derived, the config.json may
+    leave them to be derived."""
+    d = forms["to_dict"]
+    length = 3 * max(d.get("sliding_window") or 0, d.get("attention_chunk_size") or 0) + 5
     answers = {}
     for form, config in forms.items():
         try:
-            answers[form] = kvcache.kv_cache_bytes_per_token(config, 4)
+            answers[form] = (kvcache.kv_cache_bytes_per_token(config, 4), kvcache.kv_cache_bytes(config, length, 4))
         except (ValueError, TypeError) as e:
             answers[form] = err(e)
     numbers = {f: a for f, a in answers.items() if not isinstance(a, str)}
     if len(set(numbers.values())) > 1:
-        return outcome("mismatch", f"the forms of one config give different bytes per token: {numbers}")
+        return outcome("mismatch", f"the forms of one config give different (bytes per token, bytes after {length} "
+                                   f"tokens): {numbers}")
     refused = [f"[{form}] {a}" for form, a in answers.items() if isinstance(a, str)]
     return outcome("refused", refused[0]) if refused else outcome("match", f"{sorted(answers)} agree")
 
 
 def check_hub_config(model_type: str, raw: dict) -> dict:
-    """{"rope", "kv_forms", "report", "kv"} outcomes for one config.json dict, read by posbook as given and by transformers:
-    the rope of every form against the rotary module, bytes per token alike in every form, and equal to what a
-    meta-device model of the same shapes caches."""
+    """{"rope", "kv_forms", "report", "kv"} outcomes for one config.json dict, read by posbook as given and by
+    transformers: the rope of every form against the rotary module, the bytes alike in every form, and per token
+    equal to what a meta-device model of the same shapes caches."""
     try:
         with limit(4 * CHECK_SECONDS):
             cfg = _hf_config(model_type, raw)

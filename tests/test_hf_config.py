@@ -50,12 +50,24 @@ def test_old_key_names_are_renamed_and_contradictions_refused():
 
 def test_layer_types_derived_as_transformers_does():
     base = {"num_hidden_layers": 4, "num_attention_heads": 4, "head_dim": 8}
-    assert read_config(dict(base, sliding_window=16))["layer_types"] == ["sliding_attention"] * 4  # Mistral
-    qwen2_off = dict(base, sliding_window=16, use_sliding_window=False, max_window_layers=2)
+    mistral = dict(base, model_type="mistral", sliding_window=16)
+    assert read_config(mistral)["layer_types"] == ["sliding_attention"] * 4
+    qwen2_off = dict(base, model_type="qwen2", sliding_window=16, max_window_layers=2)  # use_sliding_window: false
     assert read_config(qwen2_off)["layer_types"] == ["full_attention"] * 4
     qwen2_on = dict(qwen2_off, use_sliding_window=True)
     assert read_config(qwen2_on)["layer_types"] == ["full_attention"] * 2 + ["sliding_attention"] * 2
-    jamba = dict(base, num_hidden_layers=8, attn_layer_period=8, attn_layer_offset=4)
+    qwen2_moe = dict(qwen2_on, model_type="qwen2_moe", max_window_layers=3)
+    assert read_config(qwen2_moe)["layer_types"] == ["sliding_attention", "full_attention"] * 2
+    gemma3 = dict(base, model_type="gemma3_text", num_hidden_layers=12, sliding_window=16)
+    assert read_config(gemma3)["layer_types"] == (["sliding_attention"] * 5 + ["full_attention"]) * 2
+    gemma2 = dict(base, model_type="gemma2", sliding_window=16)
+    assert read_config(gemma2)["layer_types"] == ["sliding_attention", "full_attention"] * 2
+    unknown = dict(base, sliding_window=16)  # whose layout? refused rather than guessed
+    with pytest.raises(pb.NotModelledError, match="give layer_types"):
+        pb.kv_cache_bytes(unknown, 100)
+    with pytest.raises(TypeError, match="use_sliding_window must be a bool"):
+        read_config(dict(qwen2_on, use_sliding_window="false"))
+    jamba = dict(base, num_hidden_layers=8, attn_layer_period=8)  # attn_layer_offset: 4, Jamba's default
     assert pb.layer_kinds(jamba) == ["mamba"] * 4 + ["full_attention"] + ["mamba"] * 3
 
 
@@ -122,3 +134,13 @@ def test_num_kv_heads_outside_falcon_is_the_number_of_kv_heads():
     assert pb.kv_values_per_layer(config) == 2 * 2 * 64
     with pytest.raises(ValueError, match="num_kv_heads=4"):
         read_config(dict(config, num_kv_heads=4, num_key_value_heads=2))
+
+
+def test_falcon_defaults_to_multi_query_and_rotary_dim_survives_the_round_trip():
+    falcon = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 2,
+              "new_decoder_architecture": False}
+    assert pb.kv_values_per_layer(falcon) == 2 * 64  # FalconConfig's multi_query defaults to true
+    gptj = {"model_type": "gptj", "n_embd": 176, "n_head": 4, "n_layer": 2, "rotary_dim": 30}
+    assert pb.rope_spec(gptj).rotary_dim == 30  # 30/44 · 44 is 29.999... in floating point
+    with pytest.raises(ValueError, match="layer indices"):
+        read_config({"num_hidden_layers": 2, "layer_types": ["full_attention"] * 2, "per_layer_config": {"a": {}}})

@@ -142,19 +142,19 @@ def _nested(rope: Any) -> bool:
 
 def _rope_entries(flat: Mapping[str, Any], kinds: list[str] | None, context: int) -> list[dict[str, Any]]:
     """One entry per rope dict; ``kinds`` None when the layer kinds are unknown (then one for every layer)."""
-    if kinds is None and not _nested(rope_dict(flat)):
-        return [_refusal_or(lambda: _spectrum_entry(flat, None, None, {}, context),
-                            lambda error: _no_rope(["every layer"], None, "refused", error))]
-    kinds = kinds or []
-    attention = [k for k in dict.fromkeys(kinds) if k in KV_LAYER_TYPES]
-    layers_of = {k: [i for i, kind in enumerate(kinds) if kind == k] for k in attention}
-    n_attention = sum(map(len, layers_of.values()))
     rope = rope_dict(flat)
+    attention = [k for k in dict.fromkeys(kinds or []) if k in KV_LAYER_TYPES] if kinds is not None else ["every layer"]
+    layers_of = {k: [i for i, kind in enumerate(kinds) if kind == k] for k in attention} if kinds is not None else {}
+    n_attention = sum(map(len, layers_of.values())) if kinds is not None else None
     if flat.get("alibi") is True:
         return [_no_rope(attention, n_attention, "alibi", "ALiBi biases on the logits (alibi: true)")]
     if flat.get("rope_theta") is None and not rope:
         return [_no_rope(attention, n_attention, "unknown",
                          "the config gives no rope_theta and no rope dict: no rotary spectrum to report")]
+    if kinds is None and not _nested(rope):
+        return [_refusal_or(lambda: _spectrum_entry(flat, None, None, {}, context),
+                            lambda error: _no_rope(attention, None, "refused", error))]
+    kinds = kinds or []
     nope = _nope_layers(flat, len(kinds))
     entries = []
     if _nested(rope):

@@ -10,20 +10,24 @@ standard key names, so that :mod:`posbook.scaling` and :mod:`posbook.kvcache` re
 * the key names older architectures use are renamed (``n_layer`` → ``num_hidden_layers``, ``rotary_pct`` →
   ``partial_rotary_factor``, ...) and the legacy keys whose meaning transformers spreads over several settings are
   rewritten into the standard ones (Falcon's ``multi_query``, Gemma 3's ``rope_local_base_freq``, Jamba's
-  ``attn_layer_period``, a Mistral-style ``sliding_window`` without ``layer_types``, ...), each as transformers
-  reads it;
+  ``attn_layer_period``, DeepSeek-V4's ``compress_rope_theta``), each as transformers reads it;
+* a config without ``layer_types`` gets the ones transformers derives, for the architectures in ``LAYER_LAYOUTS``
+  (Gemma 2/3, Cohere 2, gpt-oss, Mistral, Qwen2/3, Llama 4, ...); a windowed config of another architecture, or one
+  of ``NONUNIFORM_MODEL_TYPES``, is refused by :func:`posbook.kvcache.layer_kinds` instead of being guessed;
 * a key that changes the geometry in a way posbook does not model is refused by name (``UNMODELLED_KEYS``),
   rather than ignored: ignoring it would give a wrong number silently.
 
-The test suite holds the result equal to transformers' own modules for every architecture it ships
-(``tests/test_hf_oracle.py``): the rotary frequencies of each layer type, and the bytes a tiny instance caches.
+The test suite holds the results against transformers' own code for every architecture it ships
+(``tests/test_hf_oracle.py``): the rotary frequencies of each layer type against the model's rotary module, the bytes
+a tiny instance caches, the layer kinds derived without ``layer_types``, and for Hub-style config.json files that
+every form of one config gives the same bytes.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import _checks
 
@@ -85,8 +89,8 @@ def read_config(config: Any) -> dict[str, Any]:
         A new dict (the input is not changed). Reading it again gives the same dict.
 
     Raises:
-        TypeError: for anything else.
-        ValueError: for text that is not JSON, or keys that contradict each other.
+        TypeError: for anything else, or a key of the wrong type.
+        ValueError: for text that is not JSON, keys that contradict each other, or a key out of range.
     """
     flat = _as_dict(config)
     text = flat.pop("text_config", None)
@@ -107,8 +111,8 @@ def read_config(config: Any) -> dict[str, Any]:
 
 
 def refuse_unmodelled(config: Mapping[str, Any], affects: str) -> None:
-    """Raise :class:`NotModelledError` if ``config`` holds a key (or is an architecture) whose effect on ``affects`` ("rope" or
-    "kv") posbook does not model."""
+    """Raise :class:`NotModelledError` if ``config`` holds a key (or is an architecture) whose effect on
+    ``affects`` ("rope" or "kv") posbook does not model."""
     for key, (what, scope) in UNMODELLED_KEYS.items():
         if scope in (affects, "both") and config.get(key) not in (None, 0, False, [], {}):
             raise NotModelledError(f"config has {key!r}: {what}, which posbook does not model. Remove the key "
@@ -152,6 +156,8 @@ def _falcon_heads(flat: dict[str, Any]) -> None:
             _rename(flat, "num_kv_heads", "num_key_value_heads")
         return
     kv_heads, multi_query = flat.pop("num_kv_heads", None), flat.pop("multi_query", None)
+    if multi_query is None and flat.get("model_type") == "falcon":
+        multi_query = True  # FalconConfig's default
     if multi_query is not None and not isinstance(multi_query, bool):
         raise TypeError(f"multi_query must be a bool, got {type(multi_query).__name__} {multi_query!r}")
     if flat.get("num_key_value_heads") is not None:
@@ -177,7 +183,10 @@ def _rotary_dim(flat: dict[str, Any]) -> None:
     if not head_dim:
         raise ValueError(f"config gives rotary_dim={rotary_dim} but no head_dim (nor hidden_size and "
                          "num_attention_heads) to read it against")
-    partial = rotary_dim / head_dim
+    # int(head_dim · partial) must give rotary_dim back, as transformers truncates; rotary_dim / head_dim alone
+    # can fall an ulp short (30/44 · 44 = 29.999...), so aim half a dimension up.
+    partial = rotary_dim / head_dim if int(head_dim * (rotary_dim / head_dim)) == rotary_dim \
+        else (rotary_dim + 0.5) / head_dim
     rope = flat.get("rope_parameters")
     given = flat.get("partial_rotary_factor", rope.get("partial_rotary_factor") if isinstance(rope, Mapping) else None)
     if given is not None and int(head_dim * given) != rotary_dim:
@@ -260,6 +269,8 @@ def _per_layer_config(flat: dict[str, Any]) -> None:
     if not isinstance(overrides, Mapping):
         raise TypeError(f"per_layer_config must be a dict of layer index -> overrides, got {overrides!r}")
     kinds = flat.get("layer_types") or []
+    if not all(isinstance(i, int) or (isinstance(i, str) and i.isdigit()) for i in overrides):
+        raise ValueError(f"per_layer_config keys must be layer indices, got {sorted(map(repr, overrides))}")
     layers = {int(i) for i in overrides}
     full = {i for i, kind in enumerate(kinds) if kind == "full_attention"}
     values = {json.dumps(v, sort_keys=True) for v in overrides.values()}
@@ -273,27 +284,92 @@ def _per_layer_config(flat: dict[str, Any]) -> None:
         flat[names[key]] = value
 
 
+def _alternating(period_key: str | None, default: int) -> Callable[[Mapping[str, Any], int], list[str]]:
+    # Every period-th layer global, the others sliding (Gemma 2/3, Cohere 2, gpt-oss, OLMo 3).
+    def layout(flat: Mapping[str, Any], n: int) -> list[str]:
+        period = flat.get(period_key, default) if period_key else default
+        _checks.number(period_key or "period", period, integer=True, positive=True)
+        return ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(n)]
+    return layout
+
+
+def _every_layer_windowed(flat: Mapping[str, Any], n: int) -> list[str]:
+    # Mistral, Mixtral, Starcoder2, Phi-3, Moshi: the one window (if any) on every layer.
+    return ["sliding_attention" if flat.get("sliding_window") else "full_attention"] * n
+
+
+def _qwen(alternate: bool) -> Callable[[Mapping[str, Any], int], list[str]]:
+    # Qwen2/Qwen3: the window only if use_sliding_window (default false), from layer max_window_layers (default 28)
+    # on; Qwen2-MoE: every other layer below max_window_layers.
+    def layout(flat: Mapping[str, Any], n: int) -> list[str]:
+        on = flat.get("use_sliding_window", False)
+        if not isinstance(on, bool):
+            raise TypeError(f"use_sliding_window must be a bool, got {type(on).__name__} {on!r}")
+        start = flat.get("max_window_layers", 28)
+        _checks.number("max_window_layers", start, integer=True, min_value=0)
+        on = on and bool(flat.get("sliding_window"))
+        if alternate:
+            return ["sliding_attention" if on and (i + 1) % 2 and i < start else "full_attention" for i in range(n)]
+        return ["sliding_attention" if on and i >= start else "full_attention" for i in range(n)]
+    return layout
+
+
+def _qwen3_moe(flat: Mapping[str, Any], n: int) -> list[str]:
+    on = flat.get("use_sliding_window", False)
+    return ["sliding_attention" if on is True and flat.get("sliding_window") else "full_attention"] * n
+
+
+def _llama4(flat: Mapping[str, Any], n: int) -> list[str]:
+    # RoPE layers attend within chunks, NoPE layers (no_rope_layers[i] == 0) globally.
+    flags = flat.get("no_rope_layers")
+    if not isinstance(flags, (list, tuple)) or len(flags) != n:
+        raise NotModelledError("a Llama 4 config without layer_types needs no_rope_layers (one 0/1 per layer) to "
+                               f"lay out its chunked and global layers, got {flags!r}")
+    chunked = flat.get("attention_chunk_size") is not None
+    return ["chunked_attention" if flag and chunked else "full_attention" for flag in flags]
+
+
+# How transformers 5.24 lays out the layers of these architectures when their config.json gives no layer_types
+# (each config class's __post_init__). A windowed config of another architecture must give layer_types.
+LAYER_LAYOUTS: dict[str, Callable[[Mapping[str, Any], int], list[str]]] = {
+    "gemma2": _alternating(None, 2), "vaultgemma": _alternating(None, 2), "gpt_oss": _alternating(None, 2),
+    "gemma3": _alternating("sliding_window_pattern", 6), "gemma3_text": _alternating("sliding_window_pattern", 6),
+    "cohere2": _alternating("sliding_window_pattern", 4), "olmo3": _alternating(None, 4),
+    "mistral": _every_layer_windowed, "mixtral": _every_layer_windowed, "starcoder2": _every_layer_windowed,
+    "phi3": _every_layer_windowed, "moshi": _every_layer_windowed,
+    "qwen2": _qwen(alternate=False), "qwen3": _qwen(alternate=False), "qwen2_moe": _qwen(alternate=True),
+    "qwen3_moe": _qwen3_moe,
+    "llama4_text": _llama4, "llama4": _llama4,
+}
+
+
+# Architectures whose layers are not all alike (linear-attention or state layers, DeepSeek sparse attention, ...) and
+# whose layout transformers derives from keys posbook does not read: a config of one of these without layer_types
+# (or the full_attention_interval posbook reads) is refused rather than counted as all full attention.
+NONUNIFORM_MODEL_TYPES = frozenset({
+    "axk2", "bailing_hybrid", "deepseek_v32", "glm5_next_text", "glm_moe_dsa", "granitemoehybrid", "hy_v4",
+    "hy_v4_vl_text", "inkling2_loop_text", "inkling2_text", "inkling_text", "kimi_linear", "minimax",
+    "mistral_large4_text", "olmo_hybrid", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "qwen4_exp_text", "zaya",
+})
+
+
 def _layer_types(flat: dict[str, Any]) -> None:
-    # Configs that describe their layers without `layer_types`, rewritten as transformers derives it.
+    # Configs that describe their layers without `layer_types`, rewritten as transformers derives it. A windowed
+    # config whose layout is not known stays without layer_types; posbook.kvcache.layer_kinds refuses it.
     if flat.get("layer_types") is not None:
         return
     n = flat.get("num_hidden_layers")
     interval, period = flat.get("full_attention_interval"), flat.get("attn_layer_period")
-    window = flat.get("sliding_window")
+    layout = LAYER_LAYOUTS.get(flat.get("model_type"))
     if interval is not None:  # Qwen3-Next / Qwen3.5: every n-th layer full attention, the rest linear attention
         every = int(_checks.number("full_attention_interval", interval, integer=True, positive=True))
         kinds = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(_layers(n))]
-    elif period is not None:  # Jamba: attention in layer i when i % period == offset, Mamba elsewhere
+    elif period is not None:  # Jamba: attention in layer i when i % period == offset (default 4), Mamba elsewhere
         _checks.number("attn_layer_period", period, integer=True, positive=True)
-        offset = _checks.number("attn_layer_offset", flat.get("attn_layer_offset", 0), integer=True, min_value=0)
+        offset = _checks.number("attn_layer_offset", flat.get("attn_layer_offset", 4), integer=True, min_value=0)
         kinds = ["full_attention" if i % period == offset else "mamba" for i in range(_layers(n))]
-    elif window:
-        if "use_sliding_window" in flat:  # Qwen2: the window only if switched on, from layer max_window_layers on
-            start = flat.get("max_window_layers") or 0
-            on = flat["use_sliding_window"]
-            kinds = ["sliding_attention" if on and i >= start else "full_attention" for i in range(_layers(n))]
-        else:  # Mistral-style: one window on every layer
-            kinds = ["sliding_attention"] * _layers(n)
+    elif layout is not None and n is not None:
+        kinds = layout(flat, _layers(n))
     else:
         return
     flat["layer_types"] = kinds

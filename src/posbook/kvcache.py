@@ -20,7 +20,7 @@ import copy
 from typing import Any, Mapping
 
 from . import _checks
-from .hf_config import NotModelledError, read_config, refuse_unmodelled
+from .hf_config import NONUNIFORM_MODEL_TYPES, NotModelledError, read_config, refuse_unmodelled
 
 KV_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 """``layer_types`` entries that keep keys and values."""
@@ -79,6 +79,15 @@ def layer_kinds(config: Mapping[str, Any]) -> list[str]:
     config = read_config(config)
     n_layers = _int_key(config, "num_hidden_layers")
     kinds = config.get("layer_types")
+    if kinds is None and (config.get("sliding_window") or config.get("attention_chunk_size")):
+        window = "sliding_window" if config.get("sliding_window") else "attention_chunk_size"
+        raise NotModelledError(f"config gives {window}={config[window]!r} but no layer_types, and posbook does not "
+                               f"know how model_type {config.get('model_type')!r} lays out its windowed and global "
+                               "layers; give layer_types")
+    if kinds is None and config.get("model_type") in NONUNIFORM_MODEL_TYPES:
+        raise NotModelledError(f"config of model_type {config['model_type']!r} gives no layer_types: its layers are "
+                               "not all alike, and transformers lays them out from keys posbook does not read; give "
+                               "layer_types")
     if kinds is None:
         return ["full_attention"] * n_layers
     if not isinstance(kinds, (list, tuple)) or len(kinds) != n_layers:
@@ -102,8 +111,11 @@ def kv_cache_bytes_per_token(config: Mapping[str, Any], dtype_bytes: float = 2) 
     their window. :func:`kv_cache_bytes` gives the total for a given length, with the windows applied.
     """
     config = read_config(config)
+    refuse_unmodelled(config, "kv")
     nbytes = _dtype_bytes(dtype_bytes)
-    return sum(kv_values_per_layer(config, kind) * nbytes for kind in layer_kinds(config) if kind in KV_LAYER_TYPES)
+    kinds = layer_kinds(config)
+    values = {kind: kv_values_per_layer(config, kind) for kind in set(kinds) & set(KV_LAYER_TYPES)}
+    return sum(values[kind] * nbytes for kind in kinds if kind in values)
 
 
 def kv_cache_bytes(config: Mapping[str, Any], seq_len: int, dtype_bytes: float = 2) -> float:
@@ -115,13 +127,15 @@ def kv_cache_bytes(config: Mapping[str, Any], seq_len: int, dtype_bytes: float =
     These are the tokens transformers' sliding-window cache layer keeps for both kinds.
     """
     config = read_config(config)
+    refuse_unmodelled(config, "kv")
     _checks.number("seq_len", seq_len, integer=True, min_value=0)
     nbytes = _dtype_bytes(dtype_bytes)
     kept = {"full_attention": lambda: seq_len,
             "sliding_attention": lambda: min(seq_len, _int_key(config, "sliding_window") - 1),
             "chunked_attention": lambda: min(seq_len, _int_key(config, "attention_chunk_size") - 1)}
-    return sum(kv_values_per_layer(config, kind) * nbytes * kept[kind]()
-               for kind in layer_kinds(config) if kind in KV_LAYER_TYPES)
+    kinds = layer_kinds(config)
+    tokens = {kind: kv_values_per_layer(config, kind) * kept[kind]() for kind in set(kinds) & set(KV_LAYER_TYPES)}
+    return sum(tokens[kind] * nbytes for kind in kinds if kind in tokens)
 
 
 # ---- Chapter "Heads, head_dim and the KV cache": the calculator and the costs that sit next to the cache ----------
@@ -161,7 +175,8 @@ def without_indexer(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``config`` without the lightning-indexer keys, so that :func:`kv_values_per_layer` counts the
     attention cache (the MLA latent) alone; add :func:`indexer_values_per_layer` to count what the indexer keeps."""
     config = read_config(config)
-    return {k: copy.deepcopy(v) for k, v in config.items() if k not in ("index_topk", "index_n_heads", "index_head_dim")}
+    indexer_keys = ("index_topk", "index_n_heads", "index_head_dim")
+    return {k: copy.deepcopy(v) for k, v in config.items() if k not in indexer_keys}
 
 
 def linear_state_bytes(config: Mapping[str, Any], dtype_bytes: float = 4) -> dict[str, float]:
