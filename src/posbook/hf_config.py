@@ -62,7 +62,7 @@ UNMODELLED_KEYS: dict[str, tuple[str, str]] = {
     "num_kv_shared_layers": ("KV shared across layers (Gemma 3n/4)", "kv"),
     "attention_head_dim": ("a head width that differs from hidden_size / num_attention_heads in shared attention "
                            "blocks (Zamba, Zamba2)", "both"),
-    "layers_block_type": ("per-layer block kinds that are not layer_types (Zamba2's shared 'hybrid' blocks)", "both"),
+    "layers_block_type": ("per-layer block kinds that are not layer_types (Zamba2, Nemotron-H)", "both"),
     "dim_head": ("CPM-Ant's attention, whose cache also holds virtual prompt positions", "both"),
 }
 
@@ -108,6 +108,23 @@ def read_config(config: Any) -> dict[str, Any]:
     _per_layer_config(flat)
     _layer_types(flat)
     return flat
+
+
+def head_dim(config: Mapping[str, Any]) -> int:
+    """The width of one attention head: ``head_dim``, or ``hidden_size / num_attention_heads`` (which must divide;
+    transformers would floor it, posbook asks for head_dim instead)."""
+    given = config.get("head_dim")
+    if given is not None:
+        return int(_checks.number("head_dim", given, integer=True, positive=True))
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    if hidden is None or heads is None:
+        raise ValueError("config must give head_dim, or hidden_size and num_attention_heads to derive it; "
+                         f"got head_dim=None, hidden_size={hidden!r}, num_attention_heads={heads!r}")
+    _checks.number("hidden_size", hidden, integer=True, positive=True)
+    _checks.number("num_attention_heads", heads, integer=True, positive=True)
+    if hidden % heads:
+        raise ValueError(f"hidden_size={hidden} is not a multiple of num_attention_heads={heads}; give head_dim")
+    return hidden // heads
 
 
 def refuse_unmodelled(config: Mapping[str, Any], affects: str) -> None:
@@ -177,21 +194,15 @@ def _rotary_dim(flat: dict[str, Any]) -> None:
     if rotary_dim is None:
         return
     _checks.number("rotary_dim", rotary_dim, integer=True, positive=True)
-    head_dim = flat.get("head_dim")
-    if head_dim is None and flat.get("hidden_size") and flat.get("num_attention_heads"):
-        head_dim = flat["hidden_size"] // flat["num_attention_heads"]
-    if not head_dim:
-        raise ValueError(f"config gives rotary_dim={rotary_dim} but no head_dim (nor hidden_size and "
-                         "num_attention_heads) to read it against")
+    width = head_dim(flat)
     # int(head_dim · partial) must give rotary_dim back, as transformers truncates; rotary_dim / head_dim alone
     # can fall an ulp short (30/44 · 44 = 29.999...), so aim half a dimension up.
-    partial = rotary_dim / head_dim if int(head_dim * (rotary_dim / head_dim)) == rotary_dim \
-        else (rotary_dim + 0.5) / head_dim
+    partial = rotary_dim / width if int(width * (rotary_dim / width)) == rotary_dim else (rotary_dim + 0.5) / width
     rope = flat.get("rope_parameters")
     given = flat.get("partial_rotary_factor", rope.get("partial_rotary_factor") if isinstance(rope, Mapping) else None)
-    if given is not None and int(head_dim * given) != rotary_dim:
+    if given is not None and int(width * given) != rotary_dim:
         raise ValueError(f"config gives rotary_dim={rotary_dim} and partial_rotary_factor={given!r} (head_dim "
-                         f"{head_dim}), which disagree")
+                         f"{width}), which disagree")
     if given is None:
         flat["partial_rotary_factor"] = partial
 

@@ -20,6 +20,7 @@ import copy
 from typing import Any, Mapping
 
 from . import _checks
+from . import hf_config
 from .hf_config import NONUNIFORM_MODEL_TYPES, NotModelledError, read_config, refuse_unmodelled
 
 KV_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
@@ -52,12 +53,7 @@ def kv_values_per_layer(config: Mapping[str, Any], kind: str = "full_attention")
         return _int_key(config, "kv_lora_rank") + _int_key(config, "qk_rope_head_dim")
     heads = _int_key(config, "num_attention_heads")
     kv_heads = _int_key(config, "num_key_value_heads", required=False) or heads
-    head_dim = _int_key(config, "head_dim", required=False)
-    if head_dim is None:
-        hidden = _int_key(config, "hidden_size")
-        if hidden % heads:
-            raise ValueError(f"hidden_size={hidden} is not a multiple of num_attention_heads={heads}; give head_dim")
-        head_dim = hidden // heads
+    head_dim = hf_config.head_dim(config)
     v_head_dim = _int_key(config, "v_head_dim", required=False) or head_dim
     if kind == "full_attention":
         kv_heads = _int_key(config, "num_global_key_value_heads", required=False) or kv_heads
@@ -287,7 +283,7 @@ def attention_costs(config: Mapping[str, Any], context_len: int) -> dict[str, fl
         dqk = nope + rope
         params = q_in * heads * dqk + rank * heads * (nope + dv) + heads * dv * hidden
     else:
-        dqk = _int_key(config, "head_dim", required=False) or hidden // heads
+        dqk = hf_config.head_dim(config)
         dv = _int_key(config, "v_head_dim", required=False) or dqk
         params = hidden * heads * dqk + heads * dv * hidden
     core = 2 * heads * (dqk + dv) * context_len

@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from . import _checks
+from . import hf_config
 from .hf_config import NotModelledError, read_config, refuse_unmodelled
 from .rope import mrope_plane_axes
 
@@ -201,18 +202,7 @@ def _head_dim(config: Mapping[str, Any], layer_type: str | None, mla_rope: bool)
         return int(_checks.number("qk_rope_head_dim", config["qk_rope_head_dim"], integer=True, positive=True))
     if layer_type == "full_attention" and config.get("global_head_dim") is not None:
         return int(_checks.number("global_head_dim", config["global_head_dim"], integer=True, positive=True))
-    head_dim = config.get("head_dim")
-    if head_dim is not None:
-        return int(_checks.number("head_dim", head_dim, integer=True, positive=True))
-    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
-    if hidden is None or heads is None:
-        raise ValueError("config must give head_dim, or hidden_size and num_attention_heads to derive it; "
-                         f"got head_dim=None, hidden_size={hidden!r}, num_attention_heads={heads!r}")
-    _checks.number("hidden_size", hidden, integer=True, positive=True)
-    _checks.number("num_attention_heads", heads, integer=True, positive=True)
-    if hidden % heads:
-        raise ValueError(f"hidden_size={hidden} is not a multiple of num_attention_heads={heads}; give head_dim")
-    return hidden // heads
+    return hf_config.head_dim(config)
 
 
 def _original_max_positions(config: Mapping[str, Any], rope: Mapping[str, Any], max_pos: int | None) -> int:
