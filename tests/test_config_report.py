@@ -68,7 +68,7 @@ def test_every_table_model_is_reported_with_the_librarys_numbers_or_refused_with
     extra = [] if "max_position_embeddings" in config else ["--context", "32768"]
     status, out, err = run(capsys, write(tmp_path, config), *extra)
     if status == 0:
-        assert err == [] and max(map(len, out.splitlines())) <= 100
+        assert err == [] and max(map(len, out.splitlines())) <= 88
         refused = library_refusals(config)
         try:
             per_token = pb.kv_cache_bytes_per_token(pb.without_indexer(config))
@@ -235,7 +235,7 @@ def test_longrope_warns_that_switching_factors_invalidates_the_cache():
                 max_position_embeddings=131_072, original_max_position_embeddings=4096,
                 rope_scaling={"type": "longrope", "short_factor": [1.0] * 48, "long_factor": [4.0] * 48})
     assert "https://github.com/huggingface/transformers/pull/33129" in sources(phi3)
-    assert "[48 values, 1 to 1]" in pb.format_report(pb.config_report(phi3))
+    assert "[48 values, 1 to 1]" in " ".join(pb.format_report(pb.config_report(phi3)).split())  # however it wraps
 
 
 def test_plot_needs_a_rotary_spectrum(tmp_path):

@@ -34,7 +34,7 @@ KV_DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
 _FORMAT = "posbook.config_report/1"
 _STATE_BYTES = 4  # linear-attention state stays in fp32 whatever the cache dtype (Qwen3-Next: mamba_ssm_dtype)
-_WIDTH = 100
+_WIDTH = 88  # a terminal, and the column of the book page that shows the command
 _LABEL = 19  # width of the label column in format_report
 _SPAN = {"sliding_attention": "window", "chunked_attention": "chunk"}  # what a local layer keeps, in words
 
@@ -74,8 +74,8 @@ def config_report(config: Any, *, context: int | None = None, batch: int = 1, dt
         fully are of that spectrum. ``warnings`` is a list of ``{"message", "source"}``, the source a URL.
 
     Raises:
-        ValueError, TypeError: for a bad argument, or a config of which posbook can report nothing (the first
-        refusal's message).
+        ValueError, TypeError: for a bad argument, or a config of which posbook can report nothing (the
+            first refusal's message).
     """
     flat = read_config(config)
     _checks.choice("dtype", dtype, tuple(KV_DTYPES))
@@ -466,7 +466,7 @@ def _kv_lines(kv: Mapping[str, Any], report: Mapping[str, Any]) -> list[str]:
 
 
 def format_report(report: Mapping[str, Any]) -> str:
-    """:func:`config_report`'s report as plain text for a terminal, at most 100 columns wide."""
+    """:func:`config_report`'s report as plain text for a terminal, at most 88 columns wide."""
     context = report["context"]
     head = f"posbook inspect · {report['model_type'] or 'config'} · N = {context:,} tokens"
     if report["max_position_embeddings"] is not None:
