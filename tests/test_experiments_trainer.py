@@ -1,5 +1,5 @@
 """posbook.experiments.trainer and the command line: training, provenance, exact resume after SIGKILL, two-process
-DDP, presets."""
+DDP, presets, and one-line errors for checkpoints, folders and devices it cannot use."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from posbook.experiments import TrainConfig, train
@@ -128,3 +129,46 @@ def test_cpu_preset_sets_each_task_apart_from_text():
     assert TrainConfig(task="addition", preset="cpu", train_max_size=8).resolved().train_max_size == 8
     mine = TrainConfig(task="copy", preset="cpu", steps=7, model=dict(n_embd=32)).resolved()
     assert mine.steps == 7 and mine.model["n_embd"] == 32 and mine.model["n_layer"] == copy.model["n_layer"]
+
+
+def _one_line_failure(capsys, argv, words):
+    from posbook.experiments.__main__ import main
+
+    status = main(argv)
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert words in lines[0], lines[0]
+
+
+def test_bad_checkpoints_are_one_line_errors_naming_what_is_wrong(tmp_path, capsys):
+    (tmp_path / "empty.pt").write_bytes(b"")
+    (tmp_path / "config.json").write_text('{"not": "a checkpoint"}')
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "foreign.pt")
+    torch.save(object.__new__(TrainConfig), tmp_path / "pickled.pt")  # an arbitrary object: weights_only refuses
+    torch.save({"config": {}, "model": {}, "run": {}}, tmp_path / "whole.pt")
+    (tmp_path / "truncated.pt").write_bytes((tmp_path / "whole.pt").read_bytes()[:60])
+    for name, words in [("missing.pt", "does not exist"), (".", "is a folder"), ("empty.pt", "is empty"),
+                        ("config.json", "not a readable torch checkpoint"), ("truncated.pt", "not a readable torch"),
+                        ("foreign.pt", "not a posbook checkpoint: it has no ['config', 'model', 'run']"),
+                        ("pickled.pt", "not a readable torch checkpoint")]:
+        _one_line_failure(capsys, ["evaluate", str(tmp_path / name)], words)
+
+
+def test_resume_and_out_refuse_what_they_cannot_use(tmp_path, capsys, monkeypatch):
+    args = ["train", "--task", "copy", "--preset", "cpu", "--steps", "1", "--no-progress"]
+    _one_line_failure(capsys, [*args, "--out", str(tmp_path / "never"), "--resume"], "nothing to resume")
+    (tmp_path / "file").write_text("")
+    _one_line_failure(capsys, [*args, "--out", str(tmp_path / "file")], "is a file")
+    for device, words in [("cuda:7", "CUDA device(s)"), ("tpu", "POSBOOK_DEVICE must"), ("mps", "no MPS")]:
+        if device == "mps" and torch.backends.mps.is_available():
+            continue
+        monkeypatch.setenv("POSBOOK_DEVICE", device)
+        _one_line_failure(capsys, ["evaluate", str(tmp_path / "file")], words)
+    monkeypatch.delenv("POSBOOK_DEVICE")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = tiny_run(empty, steps=2, eval_every=2, resume=True)
+    with pytest.warns(UserWarning, match="holds no checkpoint.pt: this run starts from step 0"):
+        results = train(run)
+    assert results["provenance"]["resumed_from_step"] == 0

@@ -53,7 +53,9 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-sizes", type=_sizes, help="comma-separated problem sizes, e.g. 8,16,32")
     t.add_argument("--eval-seq-lens", type=_sizes, help="text: comma-separated lengths for bits per byte, e.g. 128,512")
     t.add_argument("--out", help="output folder (checkpoint.pt, results.json)")
-    t.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt if it exists")
+    t.add_argument("--resume", action="store_true",
+                   help="continue from --out/checkpoint.pt (--out must exist; without a checkpoint it says so and "
+                        "starts from step 0)")
     t.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
 
     e = sub.add_parser("evaluate", help="accuracy by size (tasks) or bits per byte (text) of a checkpoint")
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"final": results["final"], "tokens_per_s": results["tokens_per_s"],
                           "provenance": results["provenance"]}, indent=2))
         return 0
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, OSError) as error:  # one line, never a traceback
         print(f"error: {error}", file=sys.stderr)
         return 2
 

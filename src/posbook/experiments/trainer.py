@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -352,6 +354,14 @@ def train(run: TrainConfig) -> dict[str, Any]:
     device = (torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if distributed and torch.cuda.is_available()
               else default_device())
     out_dir = Path(run.out_dir) if run.out_dir else None
+    checkpoint_path = out_dir / "checkpoint.pt" if out_dir else None
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"out_dir {out_dir} is a file; give a folder (checkpoint.pt and results.json go there)")
+    if run.resume and not out_dir.is_dir():
+        raise ValueError(f"resume=True but out_dir {out_dir} does not exist: there is nothing to resume (leave resume "
+                         "out to start a run there)")
+    if run.resume and not checkpoint_path.exists() and rank == 0:
+        warnings.warn(f"resume=True but {out_dir} holds no checkpoint.pt: this run starts from step 0", stacklevel=2)
     if out_dir is not None and rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -371,9 +381,8 @@ def train(run: TrainConfig) -> dict[str, Any]:
                                    {"params": no_decay, "weight_decay": 0.0}], lr=run.lr, betas=(0.9, 0.95))
     history: list[dict[str, Any]] = []
     start = 0
-    checkpoint_path = out_dir / "checkpoint.pt" if out_dir else None
-    if run.resume and checkpoint_path is not None and checkpoint_path.exists():
-        state = torch.load(checkpoint_path, weights_only=True, map_location=device)
+    if run.resume and checkpoint_path.exists():
+        state = read_checkpoint(checkpoint_path, device, RESUME_KEYS)
         if state["config"] != config.to_dict():
             raise ValueError(f"checkpoint {checkpoint_path} was written for another model config")
         model.load_state_dict(state["model"])
@@ -462,6 +471,35 @@ def train(run: TrainConfig) -> dict[str, Any]:
     return results
 
 
+MODEL_KEYS = ("config", "model", "run")
+"""What every posbook checkpoint holds: the model config, the weights, the run config."""
+RESUME_KEYS = MODEL_KEYS + ("optimizer", "step", "history")
+"""What a checkpoint written during training holds besides, to resume exactly."""
+
+
+def read_checkpoint(path: str | Path, device: torch.device | str = "cpu",
+                    keys: tuple[str, ...] = MODEL_KEYS) -> dict[str, Any]:
+    """A posbook checkpoint's contents (``torch.load`` with ``weights_only=True``), or a ValueError that says what
+    is wrong with the file: missing, a folder, empty, not a torch file, truncated, or a checkpoint without ``keys``."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"checkpoint {path} does not exist")
+    if path.is_dir():
+        raise ValueError(f"checkpoint {path} is a folder, not a checkpoint file")
+    if path.stat().st_size == 0:
+        raise ValueError(f"checkpoint {path} is empty")
+    try:
+        state = torch.load(path, weights_only=True, map_location=device)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, UnicodeDecodeError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"checkpoint {path} is not a readable torch checkpoint ({first[:200]})") from None
+    missing = [key for key in keys if not (isinstance(state, dict) and key in state)]
+    if missing:
+        raise ValueError(f"checkpoint {path} is not a posbook checkpoint: it has no {missing} (it holds "
+                         f"{sorted(state) if isinstance(state, dict) else type(state).__name__})")
+    return state
+
+
 def load_model(checkpoint: str | Path, device: torch.device | str = "cpu", *,
                rope: dict | list | None | str = "as trained") -> tuple[GPT, TrainConfig]:
     """A trained model and its run config from a checkpoint (loaded with weights_only=True).
@@ -469,7 +507,7 @@ def load_model(checkpoint: str | Path, device: torch.device | str = "cpu", *,
     ``rope``: the rope configs to rotate with instead of the trained ones (a ``GPTConfig.rope`` value: one
     dict for every rotating layer, a list per layer, None for each layer kind's own), e.g. YaRN at factor 4 to
     read four times the training length; the default keeps those of the checkpoint."""
-    state = torch.load(Path(checkpoint), weights_only=True, map_location=device)
+    state = read_checkpoint(checkpoint, device)
     config = dict(state["config"])
     if not (isinstance(rope, str) and rope == "as trained"):
         config["rope"] = rope
