@@ -445,6 +445,12 @@ def _phi3_factors(n):
     return [round(1.0 + 0.1 * i, 3) for i in range(n)]
 
 
+_QWEN2_VL = {"hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4, "num_hidden_layers": 28,
+             "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+             "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vocab_size": 152064}
+_PYTHIA = {"model_type": "gpt_neox", "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 24,
+           "rotary_pct": 0.25, "rotary_emb_base": 10000, "max_position_embeddings": 2048, "vocab_size": 50304}
+
 # Legacy config.json-style dicts (keys as written on the Hub), for the known suspects.
 EXTRA = {
     "Falcon-7B-style dict (multi_query, 71 heads)": ("falcon", {
@@ -476,21 +482,11 @@ EXTRA = {
         "partial_rotary_factor": 0.75, "rope_theta": 10000.0,
         "rope_scaling": {"type": "longrope", "long_factor": _phi3_factors(48), "short_factor": [1.0] * 48},
         "vocab_size": 200064}),
-    "Qwen2-VL-7B text (rope_scaling type mrope)": ("qwen2_vl_text", {
-        "model_type": "qwen2_vl_text", "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4,
-        "num_hidden_layers": 28, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
-        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vocab_size": 152064}),
-    "Qwen2-VL-7B full config.json (nested text, legacy)": ("qwen2_vl", {
-        "model_type": "qwen2_vl", "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4,
-        "num_hidden_layers": 28, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
-        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vocab_size": 152064}),
-    "pythia-1.4b (config.json: rotary_pct, rotary_emb_base)": ("gpt_neox", {
-        "model_type": "gpt_neox", "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 24,
-        "rotary_pct": 0.25, "rotary_emb_base": 10000, "max_position_embeddings": 2048, "vocab_size": 50304}),
-    "pythia-1.4b with rope_theta added (rotary_pct 0.25, no partial_rotary_factor)": ("gpt_neox", {
-        "model_type": "gpt_neox", "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 24,
-        "rotary_pct": 0.25, "rotary_emb_base": 10000, "rope_theta": 10000, "max_position_embeddings": 2048,
-        "vocab_size": 50304}),
+    "Qwen2-VL-7B text (rope_scaling type mrope)": ("qwen2_vl_text", dict(_QWEN2_VL, model_type="qwen2_vl_text")),
+    "Qwen2-VL-7B full config.json (nested text, legacy)": ("qwen2_vl", dict(_QWEN2_VL, model_type="qwen2_vl")),
+    "pythia-1.4b (config.json: rotary_pct, rotary_emb_base)": ("gpt_neox", _PYTHIA),
+    "pythia-1.4b with rope_theta added (rotary_pct 0.25, no partial_rotary_factor)": ("gpt_neox",
+                                                                                      dict(_PYTHIA, rope_theta=10000)),
     "gemma-4 Hub-style (global_head_dim 512, attention_k_eq_v) vs its HF to_dict": ("gemma4_text", "to_dict", {
         "hidden_size": 2560, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
         "global_head_dim": 512, "num_hidden_layers": 12, "sliding_window": 512}),

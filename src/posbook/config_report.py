@@ -23,9 +23,9 @@ import torch
 
 from . import _checks
 from .hf_config import NotModelledError, read_config, rope_dict
-from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, cache_kind, format_bytes, indexer_values_per_layer,
-                      kv_cache_bytes, kv_cache_bytes_per_token, kv_cache_table, layer_kinds, linear_state_bytes,
-                      without_indexer)
+from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, WINDOW_KEYS, cache_kind, format_bytes,
+                      indexer_values_per_layer, kv_cache_bytes, kv_cache_bytes_per_token, kv_cache_table, layer_kinds,
+                      linear_state_bytes, without_indexer)
 from .scaling import ROPE_TYPES, RopeSpec, rope_parameters, rope_spec, yarn_ramp_bounds, yarn_softmax_scale
 from .spectrum import frequency_ratio, rope_turns, rope_wavelengths
 
@@ -199,8 +199,7 @@ def _no_rope(layer_types: list[str], layers: int | None, encoding: str, reason: 
 
 
 def _window(flat: Mapping[str, Any], kind: str) -> int | None:
-    return {"sliding_attention": flat.get("sliding_window"),
-            "chunked_attention": flat.get("attention_chunk_size")}.get(kind)
+    return flat.get(WINDOW_KEYS[kind]) if kind in WINDOW_KEYS else None
 
 
 def _spectrum_entry(flat: Mapping[str, Any], layer_type: str, layers: list[int] | None, nope: Mapping[int, str],
@@ -287,7 +286,7 @@ def _kv_cache(flat: Mapping[str, Any], kinds: list[str], context: int, batch: in
     attention = without_indexer(flat) if index_values else flat
     per_token = kv_cache_bytes_per_token(attention, nbytes)
     total = kv_cache_bytes(attention, context, nbytes) * batch
-    windows = {kind: _window(flat, kind) for kind in ("sliding_attention", "chunked_attention") if kind in kinds}
+    windows = {kind: _window(flat, kind) for kind in WINDOW_KEYS if kind in kinds}
     cache = {
         "kind": cache_kind(flat),
         "bytes_per_number": nbytes,

@@ -29,6 +29,9 @@ KV_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 STATE_LAYER_TYPES = ("linear_attention", "mamba", "kda", "recurrent")
 """``layer_types`` entries that keep a fixed-size state instead (no KV)."""
 
+WINDOW_KEYS = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
+"""The config key that holds each local layer kind's window (a sliding window, or a chunk)."""
+
 
 def _int_key(config: Mapping[str, Any], key: str, *, required: bool = True) -> int | None:
     value = config.get(key)
@@ -75,8 +78,8 @@ def layer_kinds(config: Mapping[str, Any]) -> list[str]:
     config = read_config(config)
     n_layers = _int_key(config, "num_hidden_layers")
     kinds = config.get("layer_types")
-    if kinds is None and (config.get("sliding_window") or config.get("attention_chunk_size")):
-        window = "sliding_window" if config.get("sliding_window") else "attention_chunk_size"
+    window = next((key for key in WINDOW_KEYS.values() if config.get(key)), None)
+    if kinds is None and window is not None:
         raise NotModelledError(f"config gives {window}={config[window]!r} but no layer_types, and posbook does not "
                                f"know how model_type {config.get('model_type')!r} lays out its windowed and global "
                                "layers; give layer_types")
@@ -126,11 +129,11 @@ def kv_cache_bytes(config: Mapping[str, Any], seq_len: int, dtype_bytes: float =
     refuse_unmodelled(config, "kv")
     _checks.number("seq_len", seq_len, integer=True, min_value=0)
     nbytes = _dtype_bytes(dtype_bytes)
-    kept = {"full_attention": lambda: seq_len,
-            "sliding_attention": lambda: min(seq_len, _int_key(config, "sliding_window") - 1),
-            "chunked_attention": lambda: min(seq_len, _int_key(config, "attention_chunk_size") - 1)}
+    def kept(kind: str) -> int:
+        return seq_len if kind not in WINDOW_KEYS else min(seq_len, _int_key(config, WINDOW_KEYS[kind]) - 1)
+
     kinds = layer_kinds(config)
-    tokens = {kind: kv_values_per_layer(config, kind) * kept[kind]() for kind in set(kinds) & set(KV_LAYER_TYPES)}
+    tokens = {kind: kv_values_per_layer(config, kind) * kept(kind) for kind in set(kinds) & set(KV_LAYER_TYPES)}
     return sum(tokens[kind] * nbytes for kind in kinds if kind in tokens)
 
 
