@@ -7,9 +7,15 @@ thing learns what to pass instead. Nothing is coerced silently.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
+
+# The largest size posbook turns into a tensor dimension or a loop: torch indexes with int64, and a dimension this
+# long already needs gigabytes. Sizes that only enter arithmetic (bytes of a KV cache at 2**40 tokens) may be larger.
+MAX_SIZE = 2**31 - 1
 
 
 def _show(value: Any) -> str:
@@ -19,7 +25,8 @@ def _show(value: Any) -> str:
 
 
 def tensor(name: str, value: Any, *, ndim_min: int | None = None, ndim: int | None = None,
-           floating: bool = False) -> torch.Tensor:
+           floating: bool = False, integer: bool = False) -> torch.Tensor:
+    """A tensor with the given number of dimensions; ``floating``: a real floating dtype; ``integer``: an integer one."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__} {_show(value)}")
     if ndim is not None and value.ndim != ndim:
@@ -28,6 +35,8 @@ def tensor(name: str, value: Any, *, ndim_min: int | None = None, ndim: int | No
         raise ValueError(f"{name} must have at least {ndim_min} dimension(s), got {_show(value)}")
     if floating and not value.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {_show(value)}")
+    if integer and (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
+        raise TypeError(f"{name} must be an integer tensor, got {_show(value)}")
     return value
 
 
@@ -38,10 +47,11 @@ def finite(name: str, value: torch.Tensor) -> torch.Tensor:
 
 
 def number(name: str, value: Any, *, positive: bool = False, min_value: float | None = None,
-           integer: bool = False) -> float:
+           max_value: float | None = None, integer: bool = False) -> float:
+    """A real number (an int where ``integer``): never a bool, a string or a tensor, always finite."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         kind = "an int" if integer else "a real number"
-        raise TypeError(f"{name} must be {kind}, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be {kind}, got {type(value).__name__} {_show(value)}")
     if integer and not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if not math.isfinite(value):
@@ -50,11 +60,124 @@ def number(name: str, value: Any, *, positive: bool = False, min_value: float | 
         raise ValueError(f"{name} must be > 0, got {value!r}")
     if min_value is not None and value < min_value:
         raise ValueError(f"{name} must be >= {min_value}, got {value!r}")
+    if max_value is not None and value > max_value:
+        raise ValueError(f"{name} must be <= {max_value}, got {value!r}")
+    return value
+
+
+def size(name: str, value: Any, *, min_value: int = 1) -> int:
+    """An int that becomes a tensor dimension or a loop count: min_value (default 1) … MAX_SIZE."""
+    number(name, value, integer=True, min_value=min_value)
+    if value > MAX_SIZE:
+        raise ValueError(f"{name} must be at most 2**31 - 1 (a tensor dimension), got {value!r}")
+    return int(value)
+
+
+def axis(name: str, value: Any, ndim: int) -> int:
+    """A dimension index of a tensor with ``ndim`` dimensions, negative counting from the end."""
+    number(name, value, integer=True)
+    if not -ndim <= value < ndim:
+        raise ValueError(f"{name} must be a dimension of a {ndim}-dimensional tensor (-{ndim} … {ndim - 1}), "
+                         f"got {value!r}")
+    return int(value)
+
+
+def flag(name: str, value: Any) -> bool:
+    """A bool: 1, "True" or None are not taken for one."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {_show(value)}")
+    return value
+
+
+def text(name: str, value: Any, *, empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__} {_show(value)}")
+    if not empty and not value:
+        raise ValueError(f"{name} must not be empty")
+    return value
+
+
+def function(name: str, value: Any) -> Callable:
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__} {_show(value)}")
+    return value
+
+
+def module(name: str, value: Any) -> torch.nn.Module:
+    if not isinstance(value, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(value).__name__} {_show(value)}")
+    return value
+
+
+def mapping(name: str, value: Any) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict, got {type(value).__name__} {_show(value)}")
+    return value
+
+
+def numbers(name: str, value: Any, *, integer: bool = False, min_len: int = 1, **bounds: Any) -> list:
+    """A list or tuple of numbers, each checked as :func:`number` would (``name[i]`` in the message)."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list of {'ints' if integer else 'numbers'}, got {type(value).__name__} "
+                        f"{_show(value)}")
+    if len(value) < min_len:
+        raise ValueError(f"{name} must hold at least {min_len} value(s), got {list(value)!r}")
+    for i, item in enumerate(value):
+        number(f"{name}[{i}]", item, integer=integer, **bounds)
+    return list(value)
+
+
+def path(name: str, value: Any) -> Path:
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path (str or pathlib.Path), got {type(value).__name__} {_show(value)}")
+    return Path(value)
+
+
+def generator(name: str, value: Any, *, optional: bool = True) -> torch.Generator | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator{' or None' if optional else ''}, got "
+                        f"{type(value).__name__} {_show(value)}")
+    return value
+
+
+def device(name: str, value: Any) -> torch.device:
+    """A torch device that torch has here: 'cuda:3' on a machine with one GPU is refused by name."""
+    if isinstance(value, bool) or not isinstance(value, (str, torch.device)):
+        raise TypeError(f"{name} must be a torch.device or a device string such as 'cpu' or 'cuda', got "
+                        f"{type(value).__name__} {_show(value)}")
+    try:
+        found = torch.device(value)
+    except RuntimeError:
+        raise ValueError(f"{name} must name a torch device such as 'cpu', 'cuda' or 'mps', got {value!r}") from None
+    if found.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (found.index is not None and found.index >= count):
+            raise ValueError(f"{name}={str(value)!r} but torch sees {count} CUDA device(s)")
+    elif found.type == "mps":
+        if getattr(torch.backends, "mps", None) is None or not torch.backends.mps.is_available():
+            raise ValueError(f"{name}={str(value)!r} but torch has no MPS device here")
+    elif found.type != "cpu":
+        raise ValueError(f"{name} must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {value!r}")
+    return found
+
+
+def token_ids(name: str, value: Any, vocab_size: int, *, ndim: int | None = 2) -> torch.Tensor:
+    """Integer token ids in 0 … vocab_size - 1 (int64, int32 or the corpus's uint8)."""
+    tensor(name, value, ndim=ndim)
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids, got {_show(value)}")
+    if value.numel() and (bool((value < 0).any()) or bool((value >= vocab_size).any())):
+        raise ValueError(f"{name} must hold token ids in 0 … {vocab_size - 1} (vocab_size={vocab_size}), got values "
+                         f"{int(value.min())} … {int(value.max())}")
     return value
 
 
 def choice(name: str, value: Any, options: Iterable[str]) -> str:
     options = tuple(options)
+    if not isinstance(value, str) and all(isinstance(option, str) for option in options):
+        raise TypeError(f"{name} must be one of {options} (a str), got {type(value).__name__} {_show(value)}")
     if value not in options:
         raise ValueError(f"{name} must be one of {options}, got {value!r}")
     return value
