@@ -545,14 +545,13 @@ def _number_mutations(arg: str, value: Any, domain: str) -> list[Mutation]:
             out += [Mutation(BAD, "-1 for a non-negative int", arg, -1), Mutation(BORDERLINE, "0", arg, 0)]
         else:
             out += [Mutation(BORDERLINE, "-1", arg, -1), Mutation(BORDERLINE, "-(2**40)", arg, -(2 ** 40))]
-        out.append(Mutation(BAD, "numpy int for an int", arg, _numpy_scalar(value)) if False else
-                   Mutation(UNUSUAL, "numpy/torch-free int subclass", arg, _IntLike(value)))
+        out.append(Mutation(UNUSUAL, "an int subclass", arg, _IntLike(value)))
     else:
         out += [Mutation(BAD, f"NaN for a {domain}", arg, math.nan), Mutation(BAD, f"inf for a {domain}", arg, math.inf),
                 Mutation(BAD, f"-inf for a {domain}", arg, -math.inf), Mutation(BAD, f"tensor for a {domain}", arg,
                                                                                  torch.tensor([value, value])),
-                Mutation(UNUSUAL, "an int where a real is expected", arg, int(value) if float(value).is_integer()
-                         else None) if float(value).is_integer() else Mutation(BORDERLINE, "1e300", arg, 1e300)]
+                Mutation(UNUSUAL, "an int where a real is expected", arg, int(value)) if float(value).is_integer()
+                else Mutation(BORDERLINE, "1e300", arg, 1e300)]
         if domain == POSITIVE_REAL:
             out += [Mutation(BAD, "0.0 for a positive real", arg, 0.0), Mutation(BAD, "-1.0 for a positive real", arg, -1.0),
                     Mutation(BORDERLINE, "1e-300", arg, 1e-300), Mutation(BORDERLINE, "1e300", arg, 1e300)]
@@ -565,10 +564,6 @@ def _number_mutations(arg: str, value: Any, domain: str) -> list[Mutation]:
 
 class _IntLike(int):
     """An int subclass (like IntEnum members or numpy's int when converted): must be taken as the int it is."""
-
-
-def _numpy_scalar(value):  # pragma: no cover - kept for symmetry with _IntLike
-    return value
 
 
 def _tensor_mutations(arg: str, value: torch.Tensor, doc_allows_nan: bool) -> list[Mutation]:

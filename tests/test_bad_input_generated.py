@@ -11,6 +11,8 @@ import pytest
 import bad_input
 
 CALLABLES = bad_input.probed_callables()
+
+
 def _module_of(name: str) -> str:
     """The module that defines a callable (posbook.X is re-exported from its module; methods go with their class)."""
     parts = name.split(".")
