@@ -87,7 +87,7 @@ EXPERIMENTS_CASES = [
     (["evaluate", "{d}/foreign.pt"], "not a posbook checkpoint"),
     (["sweep", "nope"], "invalid choice"),
     (["sweep", "extrapolation", "--jobs", "x"], "invalid int value"),
-    (["sweep", "extrapolation", "--jobs", "0"], "jobs"),
+    (["sweep", "extrapolation", "--jobs", "0"], "expected a positive integer"),
     (["show", "nope"], "invalid choice"),
 ]
 

@@ -15,6 +15,16 @@ from .sweep import GRIDS, flat_metrics, load_record, record_path, run_grid, stal
 from .trainer import PRESETS, TASK_NAMES, TrainConfig, evaluate, load_model, train
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def _sizes(text: str) -> list[int]:
     try:
         sizes = [int(part) for part in text.split(",") if part]
@@ -25,9 +35,15 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    # argparse prints its usage before the error; here a bad command line is one line, like every other failure.
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m posbook.experiments", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _OneLineParser(prog="python -m posbook.experiments", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
 
     t = sub.add_parser("train", help="train one model and write checkpoint.pt and results.json to --out")
     t.add_argument("--task", choices=TASK_NAMES, default="text")
@@ -65,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("sweep", help="train a chapter's grid of runs and write its record into the package")
     w.add_argument("grid", choices=sorted(GRIDS))
-    w.add_argument("--jobs", type=int, default=1, help="processes at once, one thread each (default 1)")
+    w.add_argument("--jobs", type=_positive_int, default=1, help="processes at once, one thread each (default 1)")
     w.add_argument("--retrain", action="store_true", help="train every run again, not only missing or stale ones")
     w.add_argument("--list", action="store_true", help="print the grid's labels and whether each is recorded")
 
