@@ -260,13 +260,18 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.needle_to_distractor_ratio": S(lambda: dict(weights=probs(2, 6), needle=2)),
     # stability
     "posbook.attention_entropy": S(lambda: dict(weights=probs(2, 6), dim=-1)),
-    "posbook.entropy_lower_bound": S(lambda: dict(logit_norm=3.0, n=16)),
-    "posbook.extremal_logits": S(lambda: dict(logit_norm=3.0, n=16, dtype=torch.float64)),
+    # logit_norm takes a number or a tensor of norms (chapter "Entropy collapse" passes both): probed as a tensor,
+    # since a number specimen would count "tensor for a real" as bad; 0 is valid (the bound is log n there).
+    "posbook.entropy_lower_bound": S(lambda: dict(logit_norm=torch.tensor([0.0, 3.0], dtype=torch.float64), n=16)),
+    # A zero norm is valid: the row of zeros.
+    "posbook.extremal_logits": S(lambda: dict(logit_norm=3.0, n=16, dtype=torch.float64),
+                                 logit_norm="non-negative real"),
     "posbook.logit_rows_with_norm": S(lambda: dict(n=8, norms=[1.0, 2.0], count=3, generator=gen())),
     "posbook.max_logits_per_head": S(lambda: dict(q=rand(1, 2, 3, 8), k=rand(1, 2, 3, 8, seed=1), scale=0.3,
                                                   causal=True)),
+    # alpha in [0, 1]: 0 puts all of γ on the keys.
     "posbook.qk_clip_": S(lambda: dict(w_q=rand(16, 8), w_k=rand(16, 8, seed=1), gamma=torch.tensor([0.5, 1.0]),
-                                       head_dim=8, alpha=0.5)),
+                                       head_dim=8, alpha=0.5), alpha="non-negative real"),
     "posbook.qk_clip_factors": S(lambda: dict(max_logits=torch.tensor([50.0, 200.0]), tau=100.0)),
     "posbook.qk_clip_mla_": S(lambda: dict(w_q_nope=rand(8, 8), w_q_rope=rand(4, 8, seed=1), w_k_nope=rand(8, 8, seed=2),
                                            gamma=torch.tensor([0.5, 1.0]), qk_nope_head_dim=4, qk_rope_head_dim=2)),
