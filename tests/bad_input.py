@@ -299,19 +299,22 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.format_report": S(lambda: dict(report=pb.config_report(llama_config()))),
     "posbook.plot_report": S(lambda: dict(report=pb.config_report(llama_config()), path=str(WORK / "report.png"))),
     # scores, spectra
+    # distances are integers or reals; probed as integers (the whole-context path), since float distances would
+    # count an int64 tensor as bad.
     "posbook.cosine_sum": S(lambda: dict(amplitude=torch.ones(4), phase=torch.zeros(4), inv_freq=inv8(),
-                                         distances=torch.arange(6.0))),
+                                         distances=torch.arange(6))),
     "posbook.fast_planes": S(lambda: dict(context_length=64, inv_freq=inv8())),
     "posbook.normal_ks_distance": S(lambda: dict(samples=rand(50), mean=0.0, std=1.0, presorted=False)),
     "posbook.position_inversion_rate": S(lambda: dict(scores=rand(3, 6))),
-    "posbook.rope_decay_bound": S(lambda: dict(distances=torch.arange(6.0), inv_freq=inv8())),
+    "posbook.rope_decay_bound": S(lambda: dict(distances=torch.arange(6), inv_freq=inv8())),   # as cosine_sum
     "posbook.rope_plane_terms": S(lambda: dict(q=rand(8), k=rand(8, seed=1), layout="interleaved")),
     "posbook.rope_score_by_distance": S(lambda: dict(q=rand(8), k=rand(8, seed=1), inv_freq=inv8(),
-                                                     distances=torch.arange(6.0), layout="half")),
+                                                     distances=torch.arange(6), layout="half")),   # as cosine_sum
+    # start is the window's first distance: any integer (negative: keys after the query).
     "posbook.score_moments": S(lambda: dict(amplitude=torch.ones(4), phase=torch.zeros(4), inv_freq=inv8(),
-                                            context_length=32, start=1)),
+                                            context_length=32, start=1), start="int"),
     "posbook.score_term_moments": S(lambda: dict(amplitude=torch.ones(4), phase=torch.zeros(4), inv_freq=inv8(),
-                                                 context_length=32, start=1)),
+                                                 context_length=32, start=1), start="int"),
     "posbook.split_moments": S(lambda: dict(amplitude=torch.ones(4), phase=torch.zeros(4), inv_freq=inv8(),
                                             context_length=32)),
     "posbook.token_inversion_rate": S(lambda: dict(scores_1=rand(3, 6), scores_2=rand(3, 6, seed=1))),
