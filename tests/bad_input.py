@@ -327,7 +327,7 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.js_divergence": S(lambda: dict(p=probs(3, 5), q=probs(3, 5, seed=1))),
     "posbook.kl_divergence": S(lambda: dict(p=probs(3, 5), q=probs(3, 5, seed=1))),
     "posbook.pattern_distance": S(lambda: dict(weights_a=probs(1, 2, 3, 5), weights_b=probs(1, 2, 3, 5, seed=1),
-                                               form="kl", pairs="all")),
+                                               form="reversed", pairs="all")),
     "posbook.attention_mass": S(lambda: dict(weights=probs(2, 3, 6), regions={
         "head": torch.tensor([True, True, False, False, False, False]), "rest": torch.arange(6) >= 2})),
     "posbook.gradient_influence": S(lambda: (lambda m: dict(model=m, embedding=m.embed,
