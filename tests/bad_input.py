@@ -343,10 +343,11 @@ SPECIMENS: dict[str, Specimen] = {
                                                              bound=0.0)),
     "posbook.Claims.between": method(_claims, lambda: dict(key="probe.between", statement="0 <= x <= 2", value=1.0,
                                                             low=0.0, high=2.0)),
+    # shown is any value; a number, so that its "any value" domain applies (a string would be probed as text).
     "posbook.Claims.holds": method(_claims, lambda: dict(key="probe.holds", statement="it holds", condition=True,
-                                                          shown="yes")),
+                                                          shown=1.0)),
     "posbook.Claims.table": method(lambda: (lambda c: (c.holds("probe.one", "one holds", True), c)[1])(_claims())),
-    "posbook.glue": S(lambda: dict(name="probe", value=1.5, display=False)),
+    "posbook.glue": S(lambda: dict(name="probe", value=1.5, display=False), value="any value"),   # anything but None
     "posbook.sci": S(lambda: dict(x=3.8e7, digits=1)),
     "posbook.default_device": S(dict),
     # experiments: compare
