@@ -483,8 +483,10 @@ SPECIMENS: dict[str, Specimen] = {
                                                           w_k=rand(4, 8, dtype=torch.float64, seed=1),
                                                           w_v=rand(4, 8, dtype=torch.float64, seed=2),
                                                           w_o=rand(8, 4, dtype=torch.float64, seed=3))),
+    # read and write are hidden-dimension indices: 0 is the first dimension.
     "posbook.theory.nope.reciprocal_mlp": S(lambda: dict(positions=torch.arange(1, 6),
-                                                         d_model=4, read=2, write=3)),
+                                                         d_model=4, read=2, write=3),
+                                            read="non-negative int", write="non-negative int"),
     "posbook.theory.nope.mlp_block": S(lambda: dict(hidden=torch.zeros(5, 4, dtype=torch.float64),
                                                     weights=nope.reciprocal_mlp(torch.arange(1, 6), d_model=4))),
     "posbook.theory.nope.theorem2_weights": S(lambda: dict(d_model=12, head_dim=4, generator=gen())),
