@@ -260,13 +260,18 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.needle_to_distractor_ratio": S(lambda: dict(weights=probs(2, 6), needle=2)),
     # stability
     "posbook.attention_entropy": S(lambda: dict(weights=probs(2, 6), dim=-1)),
-    "posbook.entropy_lower_bound": S(lambda: dict(logit_norm=3.0, n=16)),
-    "posbook.extremal_logits": S(lambda: dict(logit_norm=3.0, n=16, dtype=torch.float64)),
+    # logit_norm takes a number or a tensor of norms (chapter "Entropy collapse" passes both): probed as a tensor,
+    # since a number specimen would count "tensor for a real" as bad; 0 is valid (the bound is log n there).
+    "posbook.entropy_lower_bound": S(lambda: dict(logit_norm=torch.tensor([0.0, 3.0], dtype=torch.float64), n=16)),
+    # A zero norm is valid: the row of zeros.
+    "posbook.extremal_logits": S(lambda: dict(logit_norm=3.0, n=16, dtype=torch.float64),
+                                 logit_norm="non-negative real"),
     "posbook.logit_rows_with_norm": S(lambda: dict(n=8, norms=[1.0, 2.0], count=3, generator=gen())),
     "posbook.max_logits_per_head": S(lambda: dict(q=rand(1, 2, 3, 8), k=rand(1, 2, 3, 8, seed=1), scale=0.3,
                                                   causal=True)),
+    # alpha in [0, 1]: 0 puts all of γ on the keys.
     "posbook.qk_clip_": S(lambda: dict(w_q=rand(16, 8), w_k=rand(16, 8, seed=1), gamma=torch.tensor([0.5, 1.0]),
-                                       head_dim=8, alpha=0.5)),
+                                       head_dim=8, alpha=0.5), alpha="non-negative real"),
     "posbook.qk_clip_factors": S(lambda: dict(max_logits=torch.tensor([50.0, 200.0]), tau=100.0)),
     "posbook.qk_clip_mla_": S(lambda: dict(w_q_nope=rand(8, 8), w_q_rope=rand(4, 8, seed=1), w_k_nope=rand(8, 8, seed=2),
                                            gamma=torch.tensor([0.5, 1.0]), qk_nope_head_dim=4, qk_rope_head_dim=2)),
@@ -294,19 +299,22 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.format_report": S(lambda: dict(report=pb.config_report(llama_config()))),
     "posbook.plot_report": S(lambda: dict(report=pb.config_report(llama_config()), path=str(WORK / "report.png"))),
     # scores, spectra
+    # distances are integers or reals; probed as integers (the whole-context path), since float distances would
+    # count an int64 tensor as bad.
     "posbook.cosine_sum": S(lambda: dict(amplitude=torch.ones(4), phase=torch.zeros(4), inv_freq=inv8(),
-                                         distances=torch.arange(6.0))),
+                                         distances=torch.arange(6))),
     "posbook.fast_planes": S(lambda: dict(context_length=64, inv_freq=inv8())),
     "posbook.normal_ks_distance": S(lambda: dict(samples=rand(50), mean=0.0, std=1.0, presorted=False)),
     "posbook.position_inversion_rate": S(lambda: dict(scores=rand(3, 6))),
-    "posbook.rope_decay_bound": S(lambda: dict(distances=torch.arange(6.0), inv_freq=inv8())),
+    "posbook.rope_decay_bound": S(lambda: dict(distances=torch.arange(6), inv_freq=inv8())),   # as cosine_sum
     "posbook.rope_plane_terms": S(lambda: dict(q=rand(8), k=rand(8, seed=1), layout="interleaved")),
     "posbook.rope_score_by_distance": S(lambda: dict(q=rand(8), k=rand(8, seed=1), inv_freq=inv8(),
-                                                     distances=torch.arange(6.0), layout="half")),
+                                                     distances=torch.arange(6), layout="half")),   # as cosine_sum
+    # start is the window's first distance: any integer (negative: keys after the query).
     "posbook.score_moments": S(lambda: dict(amplitude=torch.ones(4), phase=torch.zeros(4), inv_freq=inv8(),
-                                            context_length=32, start=1)),
+                                            context_length=32, start=1), start="int"),
     "posbook.score_term_moments": S(lambda: dict(amplitude=torch.ones(4), phase=torch.zeros(4), inv_freq=inv8(),
-                                                 context_length=32, start=1)),
+                                                 context_length=32, start=1), start="int"),
     "posbook.split_moments": S(lambda: dict(amplitude=torch.ones(4), phase=torch.zeros(4), inv_freq=inv8(),
                                             context_length=32)),
     "posbook.token_inversion_rate": S(lambda: dict(scores_1=rand(3, 6), scores_2=rand(3, 6, seed=1))),
@@ -319,7 +327,7 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.js_divergence": S(lambda: dict(p=probs(3, 5), q=probs(3, 5, seed=1))),
     "posbook.kl_divergence": S(lambda: dict(p=probs(3, 5), q=probs(3, 5, seed=1))),
     "posbook.pattern_distance": S(lambda: dict(weights_a=probs(1, 2, 3, 5), weights_b=probs(1, 2, 3, 5, seed=1),
-                                               form="kl", pairs="all")),
+                                               form="reversed", pairs="all")),
     "posbook.attention_mass": S(lambda: dict(weights=probs(2, 3, 6), regions={
         "head": torch.tensor([True, True, False, False, False, False]), "rest": torch.arange(6) >= 2})),
     "posbook.gradient_influence": S(lambda: (lambda m: dict(model=m, embedding=m.embed,
@@ -335,10 +343,11 @@ SPECIMENS: dict[str, Specimen] = {
                                                              bound=0.0)),
     "posbook.Claims.between": method(_claims, lambda: dict(key="probe.between", statement="0 <= x <= 2", value=1.0,
                                                             low=0.0, high=2.0)),
+    # shown is any value; a number, so that its "any value" domain applies (a string would be probed as text).
     "posbook.Claims.holds": method(_claims, lambda: dict(key="probe.holds", statement="it holds", condition=True,
-                                                          shown="yes")),
+                                                          shown=1.0)),
     "posbook.Claims.table": method(lambda: (lambda c: (c.holds("probe.one", "one holds", True), c)[1])(_claims())),
-    "posbook.glue": S(lambda: dict(name="probe", value=1.5, display=False)),
+    "posbook.glue": S(lambda: dict(name="probe", value=1.5, display=False), value="any value"),   # anything but None
     "posbook.sci": S(lambda: dict(x=3.8e7, digits=1)),
     "posbook.default_device": S(dict),
     # experiments: compare
@@ -474,8 +483,10 @@ SPECIMENS: dict[str, Specimen] = {
                                                           w_k=rand(4, 8, dtype=torch.float64, seed=1),
                                                           w_v=rand(4, 8, dtype=torch.float64, seed=2),
                                                           w_o=rand(8, 4, dtype=torch.float64, seed=3))),
+    # read and write are hidden-dimension indices: 0 is the first dimension.
     "posbook.theory.nope.reciprocal_mlp": S(lambda: dict(positions=torch.arange(1, 6),
-                                                         d_model=4, read=2, write=3)),
+                                                         d_model=4, read=2, write=3),
+                                            read="non-negative int", write="non-negative int"),
     "posbook.theory.nope.mlp_block": S(lambda: dict(hidden=torch.zeros(5, 4, dtype=torch.float64),
                                                     weights=nope.reciprocal_mlp(torch.arange(1, 6), d_model=4))),
     "posbook.theory.nope.theorem2_weights": S(lambda: dict(d_model=12, head_dim=4, generator=gen())),

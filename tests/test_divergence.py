@@ -96,3 +96,19 @@ def test_pattern_distance_bad_input():
         A.pattern_distance(w, w, pairs="i>j")
     with pytest.raises(ValueError, match="two heads"):
         A.pattern_distance(w, w, pairs="i<j")
+
+
+def test_divergences_refuse_non_finite_or_empty_weights_by_name():
+    w = torch.ones(1, 2, 3, 3) / 3
+    bad = w.clone()
+    bad[0, 0, 0, 0] = math.nan
+    with pytest.raises(ValueError, match="weights_b must be finite"):
+        A.head_pair_divergence(w, bad)
+    with pytest.raises(ValueError, match="q must be finite"):
+        A.kl_divergence(w, bad)
+    with pytest.raises(ValueError, match="weights_a must hold probabilities"):
+        A.pattern_distance(-w, w)
+    with pytest.raises(ValueError, match="at least one head"):
+        A.pattern_distance(w[:, :0], w)
+    with pytest.raises(ValueError, match="at least one row"):
+        A.head_pair_divergence(w[:0], w[:0])

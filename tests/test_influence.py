@@ -1,5 +1,7 @@
 """posbook.influence: attention_mass and gradient_influence, on hand-built weights and a tiny model."""
 
+import math
+
 import pytest
 import torch
 
@@ -15,7 +17,7 @@ def test_attention_mass_sums_and_values():
     assert (mass["first"] + mass["rest"]).item() == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("regions, exc", [({}, TypeError), ({"a": torch.tensor([1, 0, 0])}, TypeError),
+@pytest.mark.parametrize("regions, exc", [({}, ValueError), ({"a": torch.tensor([1, 0, 0])}, TypeError),
                                           ({"a": torch.tensor([True, False])}, ValueError)])
 def test_attention_mass_bad_input(regions, exc):
     with pytest.raises(exc):
@@ -58,3 +60,23 @@ def test_gradient_influence_bad_input():
         A.gradient_influence(model, "embed", idx, idx)
     with pytest.raises(ValueError, match="embedding was not called"):
         A.gradient_influence(model, torch.nn.Linear(2, 2), idx, idx)
+
+
+def test_bad_token_ids_and_foreign_models_are_named():
+    model = GPT(GPTConfig(pattern="R", n_layer=1, max_seq_len=8, n_embd=16, n_head=2))
+    idx = torch.zeros(1, 8, dtype=torch.long)
+    G = A.gradient_influence(model, model.embed, idx.to(torch.uint8), idx)     # byte ids are ids too
+    torch.testing.assert_close(G, A.gradient_influence(model, model.embed, idx, idx))
+    with pytest.raises(ValueError, match="idx must hold token ids"):
+        A.gradient_influence(model, model.embed, idx + 256, idx)
+    with pytest.raises(ValueError, match=r"targets\[:, position\]"):
+        A.gradient_influence(model, model.embed, idx, idx - 1)
+    ignored = idx.clone()
+    ignored[:, :-1] = -100                       # only column t is read
+    A.gradient_influence(model, model.embed, idx, ignored)
+    with pytest.raises(TypeError, match="targets"):
+        A.gradient_influence(model, model.embed, idx, idx.float())
+    with pytest.raises(ValueError, match="model"):
+        A.gradient_influence(torch.nn.Linear(4, 4), model.embed, idx, idx)
+    with pytest.raises(ValueError, match="weights must be finite"):
+        A.attention_mass(torch.tensor([[math.nan, 1.0]]), {"a": torch.tensor([True, False])})

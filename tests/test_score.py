@@ -225,3 +225,27 @@ def test_bound_is_not_monotone_but_decays():
     b = pb.rope_decay_bound(torch.arange(2000), pb.default_inv_freq(128, dtype=F64))
     assert int((b[1:] > b[:-1]).sum()) > 50
     assert b[1000:].mean() < 0.25 * b[0]      # single distances can still climb to a third of the start
+
+
+def test_distances_are_integers_or_finite_reals():
+    inv_freq = pb.default_inv_freq(8, dtype=F64)
+    ones, zeros = torch.ones(4, dtype=F64), torch.zeros(4, dtype=F64)
+    torch.testing.assert_close(pb.cosine_sum(ones, zeros, inv_freq, torch.arange(5)),
+                               pb.cosine_sum(ones, zeros, inv_freq, torch.arange(5.0)))
+    for call in (lambda d: pb.cosine_sum(ones, zeros, inv_freq, d), lambda d: pb.rope_decay_bound(d, inv_freq)):
+        with pytest.raises(ValueError, match="distances must be finite"):
+            call(torch.tensor([0.0, math.nan]))
+        with pytest.raises(TypeError, match="distances"):
+            call(torch.tensor([True, False]))
+    with pytest.raises(ValueError, match="q must be finite"):
+        pb.rope_score_by_distance(torch.tensor([1.0, math.inf]), torch.ones(2), inv_freq[:1], torch.arange(3))
+
+
+def test_ks_distance_mean_and_std_are_numbers_or_batch_tensors():
+    x = torch.randn(2, 50, dtype=F64)
+    for bad, exc in ((True, TypeError), ("0", TypeError), (math.nan, ValueError), (torch.zeros(3), ValueError)):
+        with pytest.raises(exc, match="mean"):
+            pb.normal_ks_distance(x, bad, 1.0)
+    with pytest.raises(ValueError, match="std"):
+        pb.normal_ks_distance(x, 0.0, torch.tensor([1.0, -1.0]))
+    assert pb.normal_ks_distance(x, torch.zeros(2), 1).shape == (2,)

@@ -266,3 +266,29 @@ def test_max_logits_rejects_bad_input():
         max_logits_per_head(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), causal=True)
     with pytest.raises(ValueError, match="q must have 4"):
         max_logits_per_head(torch.randn(2, 3, 4), torch.randn(2, 3, 4))
+
+
+def test_entropy_lower_bound_takes_a_number_or_a_tensor_of_norms():
+    norms = torch.tensor([0.0, 3.0], dtype=torch.float64)
+    assert pb.entropy_lower_bound(norms, 16)[0].item() == pytest.approx(math.log(16))
+    assert pb.entropy_lower_bound(3, 16).item() == pb.entropy_lower_bound(norms, 16)[1].item()
+    for bad, exc in ((True, TypeError), ("3.0", TypeError), ([3.0], TypeError), (torch.tensor([3]), TypeError),
+                     (math.nan, ValueError), (torch.tensor([-1.0]), ValueError)):
+        with pytest.raises(exc, match="logit_norm"):
+            pb.entropy_lower_bound(bad, 16)
+
+
+def test_stability_bad_input_names_the_argument():
+    with pytest.raises(ValueError, match="weights must be finite"):
+        pb.attention_entropy(torch.tensor([0.5, math.nan]))
+    with pytest.raises(ValueError, match="dim"):
+        pb.attention_entropy(torch.ones(2, 3) / 3, dim=2)
+    with pytest.raises(ValueError, match="n must be at most"):
+        pb.extremal_logits(1.0, 2**40)
+    with pytest.raises(TypeError, match=r"norms\[0\]"):
+        pb.logit_rows_with_norm(4, [True, 1.0], 2)
+    with pytest.raises(ValueError, match="w_q must be finite"):
+        pb.qk_clip_(torch.full((4, 3), math.nan), torch.ones(4, 3), torch.ones(2), head_dim=2)
+    with pytest.raises(TypeError, match="q and k must have one dtype"):
+        max_logits_per_head(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4, dtype=torch.float64))
+    assert pb.logit_rows_with_norm(4, torch.tensor([0.0, 2.0]), 3).shape == (2, 3, 4)

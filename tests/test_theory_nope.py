@@ -67,3 +67,24 @@ def test_theorem2_relative_term():
 def test_bad_input(call, match):
     with pytest.raises((ValueError, TypeError), match=match):
         call()
+
+
+def test_blocks_refuse_mixed_dtypes_non_finite_and_empty_inputs():
+    w = nope.theorem1_weights(8, 12, 4, generator=torch.Generator().manual_seed(0))
+    h = w["embedding"][torch.tensor([0, 3, 5])]
+    heads = (w["w_q"], w["w_k"], w["w_v"], w["w_o"])
+    with pytest.raises(TypeError, match="w_q must have hidden's dtype"):
+        nope.attention_block(h.float(), *heads)
+    with pytest.raises(ValueError, match="hidden must hold at least one position"):
+        nope.attention_block(h[:0], *heads)
+    bad = h.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="hidden must be finite"):
+        nope.attention_block(bad, *heads)
+    mlp = nope.reciprocal_mlp(torch.arange(1, 4), d_model=12)
+    with pytest.raises(TypeError, match=r"weights\['w1'\] must have hidden's dtype"):
+        nope.mlp_block(h.half(), mlp)
+    with pytest.raises(ValueError, match=r"weights\['b1'\] must have shape"):
+        nope.mlp_block(h, {**mlp, "b1": mlp["b1"][:1]})
+    with pytest.raises(ValueError, match="d_model must be at most"):
+        nope.theorem2_weights(2**40, 4)

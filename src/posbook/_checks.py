@@ -220,3 +220,21 @@ def broadcastable_to(name: str, value: torch.Tensor, shape: tuple[int, ...]) -> 
         ok = False
     if not ok:
         raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to {shape}")
+
+
+def real_or_tensor(name: str, value: Any, *, positive: bool = False, min_value: float | None = None) -> torch.Tensor:
+    """A real number or a floating tensor of them, finite, each > 0 where ``positive`` and >= ``min_value``; as float64
+    (a tensor keeps its device)."""
+    if not isinstance(value, torch.Tensor):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a real number or a floating-point tensor, got {type(value).__name__} "
+                            f"{_show(value)}")
+        number(name, value, positive=positive, min_value=min_value)
+        return torch.tensor(float(value), dtype=torch.float64)
+    tensor(name, value, floating=True)
+    finite(name, value)
+    if positive and not bool((value > 0).all()):
+        raise ValueError(f"{name} must be > 0, got {_show(value)} with entries <= 0")
+    if min_value is not None and not bool((value >= min_value).all()):
+        raise ValueError(f"{name} must be >= {min_value}, got {_show(value)} with entries below it")
+    return value.to(torch.float64)

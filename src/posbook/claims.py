@@ -4,6 +4,12 @@ A chapter opens a :class:`Claims` ledger, checks each statement with the value i
 by displaying the ledger as a "claims checked" table. A claim that does not hold raises :class:`ClaimError`, so
 the notebook stops, nbmake fails, and the book does not build. Each checked value is also glued (myst-nb) under
 the claim's key, so the prose can quote the number the page computed instead of a typed one.
+
+What a check takes: a number is an int or a float (numpy's too, or a sympy number), or a one-element tensor or
+array holding one; a bool, a string or a bool tensor is not a number. A computed value that is NaN or infinite
+cannot satisfy a claim (ClaimError); a NaN or infinite reference (expected value, bound) is refused. A condition
+is a bool, a numpy bool or a one-element bool tensor: 1, "yes" or a sympy relation are not (wrap a sympy result
+in ``bool(...)`` or compare with ``== 0``).
 """
 
 from __future__ import annotations
@@ -11,8 +17,11 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any
+
+import numpy as np
+import torch
 
 from . import _checks
 
@@ -30,8 +39,11 @@ def _in_kernel() -> bool:
     return get_ipython() is not None
 
 
-class ClaimError(AssertionError):
-    """A claim of the book does not hold for the values the page computed."""
+class ClaimError(AssertionError, ValueError):
+    """A claim of the book does not hold for the values the page computed.
+
+    An AssertionError, as a failed check of the book, and a ValueError: the value passed does not satisfy the claim.
+    """
 
 
 @dataclass(frozen=True)
@@ -49,10 +61,9 @@ _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 def sci(x: Any, digits: int = 1) -> str:
     """A number for prose, tables and figures as "m × 10ⁿ", with a true minus sign and no-break spaces
     (``sci(3.8e7)`` → "3.8 × 10⁷", ``sci(-4.96e-7, 2)`` → "−4.96 × 10⁻⁷"), instead of Python's "3.8e+07"."""
-    _checks.number("digits", digits, integer=True, min_value=0)
+    # float64 holds 17 significant digits: one before the point and at most 16 after it mean something.
+    _checks.number("digits", digits, integer=True, min_value=0, max_value=16)
     value = float(_as_number("x", x))
-    if not math.isfinite(value):
-        raise ValueError(f"x must be finite, got {value!r}")
     mantissa, exponent = f"{value:.{digits}e}".split("e")
     return f"{mantissa.replace('-', '−')}\u00a0×\u00a010{str(int(exponent)).translate(_SUPERSCRIPT)}"
 
@@ -70,22 +81,38 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _as_number(name: str, value: Any) -> int | float:
-    """A Python number from a number, a 0-d/one-element tensor or array; counts stay ints (glued as "897", not
-    "897.0")."""
-    if hasattr(value, "item") and not isinstance(value, (int, float)):
+def _as_number(name: str, value: Any, *, finite: bool = True) -> int | float:
+    """A Python number from a number or a one-element tensor or array (see the module docstring); counts stay ints
+    (glued as "897", not "897.0"). ``finite``: NaN and ±inf are refused."""
+    if not isinstance(value, Real) and hasattr(value, "item"):
         try:
             value = value.item()
         except (TypeError, ValueError, RuntimeError):
-            raise TypeError(f"{name} must hold a single number, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"{name} must be a real number (or a one-element tensor/array), got {value!r}") from None
-    if isinstance(value, float) and math.isnan(value):
-        raise ClaimError(f"{name} is NaN")
+            raise TypeError(f"{name} must hold a single number, got {_checks._show(value)}") from None
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"{name} must be a real number or a one-element tensor or array, got "
+                        f"{type(value).__name__} {value!r}")
+    if isinstance(value, Integral):
+        return int(value)
+    try:
+        # A float, or anything that is one (numpy and sympy numbers).
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number or a one-element tensor or array, got "
+                        f"{type(value).__name__} {value!r}") from None
+    if finite and not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
     return value
+
+
+def _truth(condition: Any) -> bool:
+    """A truth value: a bool, a numpy bool or a one-element bool tensor."""
+    if isinstance(condition, (bool, np.bool_)):
+        return bool(condition)
+    if isinstance(condition, torch.Tensor) and condition.dtype == torch.bool and condition.numel() == 1:
+        return bool(condition)
+    raise TypeError(f"condition must be a bool, a numpy bool or a one-element bool tensor, got "
+                    f"{type(condition).__name__} {_checks._show(condition)}")
 
 
 class Claims:
@@ -97,61 +124,80 @@ class Claims:
     """
 
     def __init__(self, chapter: str):
-        if not isinstance(chapter, str) or not chapter.strip():
-            raise ValueError(f"chapter must be a non-empty string, got {chapter!r}")
+        _checks.text("chapter", chapter)
+        if not chapter.strip():
+            raise ValueError(f"chapter must not be blank, got {chapter!r}")
         self.chapter = chapter
         self._claims: list[Claim] = []
 
     # -- the checks --------------------------------------------------------------------------------------------
     def close(self, key: str, statement: str, value: Any, expected: Any, *, rtol: float = 0.0, atol: float = 0.0,
               source: str | None = None) -> int | float:
-        """Holds when ``abs(value - expected) <= atol + rtol * abs(expected)``."""
-        if rtol < 0 or atol < 0:
-            raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
-        v, e = _as_number("value", value), _as_number("expected", expected)
+        """Holds when ``abs(value - expected) <= atol + rtol * abs(expected)``; rtol and atol are finite and >= 0."""
+        self._check_labels(key, statement, source)
+        _checks.number("rtol", rtol, min_value=0)
+        _checks.number("atol", atol, min_value=0)
+        v, e = self._computed(key, value), _as_number("expected", expected)
         tol = atol + rtol * abs(e)
         ok = abs(v - e) <= tol
         tol_text = "exact" if tol == 0 else f"± {_fmt(tol)}"
         return self._record(key, statement, v, f"{_fmt(e)} ({tol_text})", ok, source)
 
     def at_most(self, key: str, statement: str, value: Any, bound: Any, *, source: str | None = None) -> int | float:
-        v, b = _as_number("value", value), _as_number("bound", bound)
+        """Holds when ``value <= bound``."""
+        self._check_labels(key, statement, source)
+        v, b = self._computed(key, value), _as_number("bound", bound)
         return self._record(key, statement, v, f"≤ {_fmt(b)}", v <= b, source)
 
     def at_least(self, key: str, statement: str, value: Any, bound: Any, *, source: str | None = None) -> int | float:
-        v, b = _as_number("value", value), _as_number("bound", bound)
+        """Holds when ``value >= bound``."""
+        self._check_labels(key, statement, source)
+        v, b = self._computed(key, value), _as_number("bound", bound)
         return self._record(key, statement, v, f"≥ {_fmt(b)}", v >= b, source)
 
     def between(self, key: str, statement: str, value: Any, low: Any, high: Any, *,
                 source: str | None = None) -> int | float:
-        v, lo, hi = _as_number("value", value), _as_number("low", low), _as_number("high", high)
+        """Holds when ``low <= value <= high``."""
+        self._check_labels(key, statement, source)
+        v, lo, hi = self._computed(key, value), _as_number("low", low), _as_number("high", high)
         if lo > hi:
             raise ValueError(f"low must be <= high, got low={lo}, high={hi}")
         return self._record(key, statement, v, f"in [{_fmt(lo)}, {_fmt(hi)}]", lo <= v <= hi, source)
 
     def holds(self, key: str, statement: str, condition: Any, *, shown: Any = None,
               source: str | None = None) -> bool:
-        """A yes/no fact (a symbolic identity simplified to zero, a tensor equality, ...)."""
-        if not isinstance(condition, bool):
-            # sympy booleans, numpy/torch bools: demand an unambiguous truth value.
-            try:
-                condition = bool(condition)
-            except TypeError:
-                raise TypeError(f"condition must be a truth value, got {condition!r}") from None
+        """A yes/no fact (a symbolic identity simplified to zero, a tensor equality, ...): ``condition`` is a bool, a
+        numpy bool or a one-element bool tensor; ``shown`` (any value, default the condition) fills the table's
+        "computed" column."""
+        self._check_labels(key, statement, source)
+        condition = _truth(condition)
         shown = condition if shown is None else shown
         self._record(key, statement, shown, "holds", condition, source)
         return condition
 
     # -- bookkeeping -------------------------------------------------------------------------------------------
-    def _record(self, key: str, statement: str, value: Any, expected: str, ok: bool,
-                source: str | None) -> Any:
-        if not isinstance(key, str) or not key or any(c.isspace() for c in key):
-            raise ValueError(f"key must be a non-empty string without spaces, got {key!r}")
+    def _check_labels(self, key: Any, statement: Any, source: Any) -> None:
+        _checks.text("key", key)
+        if any(c.isspace() for c in key):
+            raise ValueError(f"key must be a string without spaces, got {key!r}")
         if any(c.key == key for c in self._claims):
             raise ValueError(f"key {key!r} is already used in this chapter's claims")
+        _checks.text("statement", statement)
+        if source is not None:
+            _checks.text("source", source)
+
+    def _computed(self, key: str, value: Any) -> int | float:
+        """The value a claim is about: a NaN or infinite one satisfies no claim."""
+        v = _as_number("value", value, finite=False)
+        if not math.isfinite(v):
+            raise ClaimError(f"[{self.chapter}] claim {key!r} does not hold: the computed value is {v!r}")
+        return v
+
+    def _record(self, key: str, statement: str, value: Any, expected: str, ok: bool,
+                source: str | None) -> Any:
         if not ok:
             raise ClaimError(f"[{self.chapter}] claim {key!r} does not hold: {statement} — "
-                             f"computed {_fmt(value)}, expected {expected}")
+                             f"computed value {_fmt(value)}, expected {expected}")
         self._claims.append(Claim(key, statement, _fmt(value), expected, source))
         glue(key, value)
         return value
@@ -199,7 +245,15 @@ class ClaimsTable:
 
 
 def glue(name: str, value: Any, *, display: bool = False) -> None:
-    """Glue a value for the prose ({glue:text}`name`); a no-op where myst-nb is not installed."""
+    """Glue a value for the prose ({glue:text}`name`); a no-op where myst-nb is not installed.
+
+    ``name`` is a non-empty string; ``value`` anything myst-nb can show except None (a function that returns
+    nothing glued by mistake would put "None" in the prose).
+    """
+    _checks.text("name", name)
+    if value is None:
+        raise TypeError(f"value must not be None (glue {name!r} the value itself)")
+    _checks.flag("display", display)
     if _myst_glue is not None and _in_kernel():
         # A one-element tensor or array is glued as the number it holds, so prose can format it ({glue:text}`x:.2f`).
         if hasattr(value, "item") and getattr(value, "size", None) is not None and not isinstance(value, (int, float)):

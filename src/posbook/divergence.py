@@ -14,32 +14,44 @@ import torch
 from . import _checks
 
 
+def _distribution(name: str, value: Any, **shape: int) -> torch.Tensor:
+    """Probabilities: a floating tensor of finite entries >= 0, as float64."""
+    _checks.tensor(name, value, floating=True, **shape)
+    _checks.finite(name, value)
+    if bool((value < 0).any()):
+        raise ValueError(f"{name} must hold probabilities (no negative entries), got {_checks._show(value)}")
+    return value.to(torch.float64)
+
+
 def _check_distributions(p: Any, q: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    _checks.tensor("p", p, ndim_min=1, floating=True)
-    _checks.tensor("q", q, ndim_min=1, floating=True)
+    p, q = _distribution("p", p, ndim_min=1), _distribution("q", q, ndim_min=1)
     try:
         torch.broadcast_shapes(p.shape, q.shape)
     except RuntimeError:
         raise ValueError(f"p and q must have broadcastable shapes, got {tuple(p.shape)} and {tuple(q.shape)}") from None
-    if (p < 0).any() or (q < 0).any():
-        raise ValueError("p and q must be probability distributions (no negative entries)")
-    return p.to(torch.float64), q.to(torch.float64)
+    return p, q
+
+
+def _kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(-1)
+
+
+def _js(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    m = (p + q) / 2
+    return (_kl(p, m) + _kl(q, m)) / 2
 
 
 def kl_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     r""":math:`\mathrm{KL}(p\,\|\,q) = \sum_i p_i \log(p_i / q_i)` in nats over the last dimension (0·log 0 = 0;
-    infinite where q_i = 0 < p_i). p and q broadcast against each other. float64."""
-    p, q = _check_distributions(p, q)
-    return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(-1)
+    infinite where q_i = 0 < p_i). p and q (finite, >= 0) broadcast against each other. float64."""
+    return _kl(*_check_distributions(p, q))
 
 
 def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     r"""The Jensen–Shannon divergence :math:`\tfrac12\mathrm{KL}(p\|m) + \tfrac12\mathrm{KL}(q\|m)`,
     :math:`m = (p + q)/2`, in nats over the last dimension: symmetric, 0 only for p = q, at most ln 2 (for
     distributions with disjoint support), and finite whatever zeros p and q have. float64."""
-    p, q = _check_distributions(p, q)
-    m = (p + q) / 2
-    return (kl_divergence(p, m) + kl_divergence(q, m)) / 2
+    return _js(*_check_distributions(p, q))
 
 
 DIVERGENCE_FORMS = ("textbook", "reversed")
@@ -61,23 +73,27 @@ def head_pair_divergence(weights_a: torch.Tensor, weights_b: torch.Tensor, *, fo
     distance between the two models (:func:`pattern_distance`).
 
     Args:
-        weights_a: [batch, Ha, T, T] attention weights of model A's layer (rows are distributions over keys).
+        weights_a: [batch, Ha, T, T] attention weights of model A's layer (rows are distributions over keys;
+            finite, >= 0; batch and T at least 1).
         weights_b: [batch, Hb, T, T] model B's, same batch and T.
         form: one of :data:`DIVERGENCE_FORMS`.
     Returns:
         [Ha, Hb] float64.
     """
-    _checks.tensor("weights_a", weights_a, ndim=4, floating=True)
-    _checks.tensor("weights_b", weights_b, ndim=4, floating=True)
+    p = _distribution("weights_a", weights_a, ndim=4)
+    q = _distribution("weights_b", weights_b, ndim=4)
     _checks.choice("form", form, DIVERGENCE_FORMS)
-    if weights_a.shape[0] != weights_b.shape[0] or weights_a.shape[2:] != weights_b.shape[2:]:
-        raise ValueError(f"weights_a and weights_b must share batch and [T, T]; got {tuple(weights_a.shape)} and "
-                         f"{tuple(weights_b.shape)}")
-    p, q = weights_a[:, :, None], weights_b[:, None, :]
+    if p.shape[0] != q.shape[0] or p.shape[2:] != q.shape[2:]:
+        raise ValueError(f"weights_a and weights_b must share batch and [T, T]; got {tuple(p.shape)} and "
+                         f"{tuple(q.shape)}")
+    if p.shape[0] == 0 or p.shape[2] == 0:
+        raise ValueError(f"weights_a and weights_b must hold at least one row to average over (batch and T >= 1), "
+                         f"got {tuple(p.shape)}")
+    p, q = p[:, :, None], q[:, None, :]
     if form == "textbook":
-        return js_divergence(p, q).mean(dim=(0, -1))
-    m = (p.to(torch.float64) + q.to(torch.float64)) / 2
-    return ((kl_divergence(m, p) + kl_divergence(m, q)) / 2).mean(dim=(0, -1))
+        return _js(p, q).mean(dim=(0, -1))
+    m = (p + q) / 2
+    return ((_kl(m, p) + _kl(m, q)) / 2).mean(dim=(0, -1))
 
 
 def pattern_distance(weights_a: torch.Tensor, weights_b: torch.Tensor, *, form: str = "textbook",
@@ -88,12 +104,15 @@ def pattern_distance(weights_a: torch.Tensor, weights_b: torch.Tensor, *, form: 
     Args:
         weights_a, weights_b: [batch, H, T, T] attention weights of the two layers on the same inputs.
         form: one of :data:`DIVERGENCE_FORMS`.
-        pairs: one of :data:`HEAD_PAIRS`; ``"i<j"`` needs at least two heads.
+        pairs: one of :data:`HEAD_PAIRS`; ``"i<j"`` needs at least two heads, ``"all"`` one.
     Returns:
         0-d float64 tensor.
     """
     _checks.choice("pairs", pairs, HEAD_PAIRS)
     per_pair = head_pair_divergence(weights_a, weights_b, form=form)
+    if per_pair.numel() == 0:
+        raise ValueError(f"weights_a and weights_b must hold at least one head each, got {tuple(per_pair.shape)} "
+                         f"head pairs")
     if pairs == "i<j":
         if min(per_pair.shape) < 2:
             raise ValueError(f"pairs='i<j' needs at least two heads in each layer, got {tuple(per_pair.shape)}")

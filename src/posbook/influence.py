@@ -21,14 +21,16 @@ def attention_mass(weights: torch.Tensor, regions: dict[str, torch.Tensor]) -> d
     sums are averaged. Chapter "iRoPE and hybrids" uses it.
 
     Args:
-        weights: [..., Tk] attention weights (each row a distribution over the Tk keys).
+        weights: [..., Tk] attention weights (each row a distribution over the Tk keys; finite).
         regions: name → bool tensor [Tk], True for the keys of that region. Regions may overlap or leave keys out.
     Returns:
         name → 0-d float64 tensor, the mean mass on that region.
     """
     _checks.tensor("weights", weights, ndim_min=1, floating=True)
-    if not isinstance(regions, dict) or not regions:
-        raise TypeError(f"regions must be a non-empty dict of name -> bool tensor, got {type(regions).__name__}")
+    _checks.finite("weights", weights)
+    _checks.mapping("regions", regions)
+    if not regions:
+        raise ValueError("regions must name at least one region (name -> bool tensor), got an empty dict")
     tk = weights.shape[-1]
     out = {}
     for name, region in regions.items():
@@ -54,19 +56,23 @@ def gradient_influence(model: torch.nn.Module, embedding: torch.nn.Module, idx: 
 
     Args:
         model: maps idx [batch, T] to logits [batch, T, vocab].
-        embedding: the module inside ``model`` whose output [batch, T, dim] is the input embedding.
-        idx: [batch, T] token ids.
-        targets: [batch, T] next-token ids (only column t is used).
+        embedding: the module inside ``model`` whose output [batch, T, dim] is the input embedding; when it is an
+            ``nn.Embedding``, idx must hold ids below its ``num_embeddings``.
+        idx: [batch, T] integer token ids (passed to the model as int64).
+        targets: [batch, T] integer next-token ids; only column t is used (it must hold ids in 0 … vocab − 1,
+            the other columns may hold anything, e.g. an ignore index).
         position: t; negative values count from the end (default: the last position).
     Returns:
         float64 tensor [t + 1], entry d = G(d) for d = 0 … t.
     """
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(embedding, torch.nn.Module):
-        raise TypeError(f"embedding must be a torch.nn.Module, got {type(embedding).__name__}")
-    _checks.tensor("idx", idx, ndim=2)
-    _checks.tensor("targets", targets, ndim=2)
+    _checks.module("model", model)
+    _checks.module("embedding", embedding)
+    _checks.tensor("idx", idx, ndim=2, integer=True)
+    _checks.tensor("targets", targets, ndim=2, integer=True)
+    # As int64 before the range checks: a uint8 tensor compared with 256 would wrap round.
+    idx, targets = idx.long(), targets.long()
+    if isinstance(embedding, torch.nn.Embedding):
+        _checks.token_ids("idx", idx, embedding.num_embeddings)
     if targets.shape != idx.shape:
         raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
     _checks.number("position", position, integer=True)
@@ -85,9 +91,18 @@ def gradient_influence(model: torch.nn.Module, embedding: torch.nn.Module, idx: 
     handle = embedding.register_forward_hook(hook)
     try:
         with torch.enable_grad():
-            logits = model(idx)
+            try:
+                logits = model(idx)
+            except (RuntimeError, IndexError, TypeError) as error:
+                # The model is the caller's: name it rather than let its internals speak for it.
+                raise ValueError(f"model(idx) failed ({type(error).__name__}: {error}); model must map token ids "
+                                 f"[batch, T] to logits [batch, T, vocab]") from error
             if not captured:
                 raise ValueError("embedding was not called by model(idx); pass the module that embeds the tokens")
+            if not isinstance(logits, torch.Tensor) or logits.ndim != 3 or logits.shape[:2] != idx.shape:
+                raise ValueError(f"model must map idx {tuple(idx.shape)} to logits [batch, T, vocab], got "
+                                 f"{_checks._show(logits)}")
+            _checks.token_ids("targets[:, position]", targets[:, t], logits.shape[-1], ndim=1)
             log_probs = torch.log_softmax(logits[:, t].float(), dim=-1)
             score = log_probs.gather(-1, targets[:, t, None]).sum()
             score.backward()

@@ -19,6 +19,15 @@ import torch
 from . import _checks
 
 
+def _check_distances(distances: Any) -> None:
+    """A 1-D tensor of distances: integers, or finite reals."""
+    _checks.tensor("distances", distances, ndim=1)
+    if distances.is_floating_point():
+        _checks.finite("distances", distances)
+    elif distances.dtype == torch.bool or distances.is_complex():
+        raise TypeError(f"distances must hold integers or reals, got dtype {distances.dtype}")
+
+
 def rope_decay_bound(distances: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
     r"""RoFormer's long-term decay quantity (Su et al., Eq. 35–37): :math:`\frac{2}{d}\sum_{j=1}^{d/2} |S_j(r)|`.
 
@@ -28,13 +37,14 @@ def rope_decay_bound(distances: torch.Tensor, inv_freq: torch.Tensor) -> torch.T
     unit of :math:`\max_i |h_{i+1} - h_i|`. Computed in float64. Chapter "RoPE from first principles" plots it.
 
     Args:
-        distances: 1-D tensor of relative distances r.
+        distances: 1-D tensor of relative distances r (integers or finite reals).
         inv_freq: 1-D tensor of the d/2 frequencies θ_i.
     Returns:
         float64 tensor, one value per distance.
     """
-    _checks.tensor("distances", distances, ndim=1)
+    _check_distances(distances)
     _checks.tensor("inv_freq", inv_freq, ndim=1, floating=True)
+    _checks.finite("inv_freq", inv_freq)
     phase = distances.to(torch.float64)[:, None] * inv_freq.to(torch.float64)[None, :]
     partial_sums = torch.polar(torch.ones_like(phase), phase).cumsum(dim=-1)      # S_1 … S_{d/2}
     return partial_sums.abs().mean(dim=-1)
@@ -58,14 +68,16 @@ def rope_plane_terms(q: torch.Tensor, k: torch.Tensor, *, layout: str = "half") 
     content enters; positions never do. Chapter "The score is a sum of cosines" derives it.
 
     Args:
-        q, k: [..., head_dim] query and key (broadcastable against each other), before rotation.
+        q, k: [..., head_dim] finite query and key (broadcastable against each other), before rotation.
         layout: which dimensions form plane n: ``"half"`` (n, n + head_dim/2) or ``"interleaved"`` (2n, 2n + 1),
             as in :func:`posbook.rope.apply_rope`.
     Returns:
         (amplitude, phase), float64 tensors [..., head_dim/2]; phase in (−π, π].
     """
     _checks.tensor("q", q, ndim_min=1, floating=True)
+    _checks.finite("q", q)
     _checks.tensor("k", k, ndim_min=1, floating=True)
+    _checks.finite("k", k)
     _checks.choice("layout", layout, _PLANE_LAYOUTS)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must have the same last dimension (head_dim), got {tuple(q.shape)} and "
@@ -110,16 +122,12 @@ def cosine_sum(amplitude: torch.Tensor, phase: torch.Tensor, inv_freq: torch.Ten
     Args:
         amplitude, phase: [..., n_planes] from :func:`rope_plane_terms` (or any amplitudes and phases).
         inv_freq: [n_planes] frequencies θ_n.
-        distances: 1-D tensor of distances r (integers or reals).
+        distances: 1-D tensor of distances r (integers or finite reals).
     Returns:
         float64 tensor [..., len(distances)].
     """
     amplitude, phase, inv_freq = _check_terms(amplitude, phase, inv_freq)
-    _checks.tensor("distances", distances, ndim=1)
-    if distances.is_floating_point():
-        _checks.finite("distances", distances)
-    elif distances.dtype == torch.bool or distances.is_complex():
-        raise TypeError(f"distances must hold integers or reals, got dtype {distances.dtype}")
+    _check_distances(distances)
     amplitude, phase = torch.broadcast_tensors(amplitude, phase)
     h = inv_freq.shape[0]
     lead = amplitude.shape[:-1]
@@ -270,7 +278,7 @@ def score_term_moments(amplitude: torch.Tensor, phase: torch.Tensor, inv_freq: t
         amplitude, phase: [..., n_planes].
         inv_freq: [n_planes].
         context_length: L ≥ 1.
-        start: first distance of the window (default 0).
+        start: first distance of the window (default 0); any integer (negative: keys after the query).
     Returns:
         (mean [..., n_planes], covariance [..., n_planes, n_planes]), float64.
     """
@@ -289,7 +297,7 @@ def score_term_moments(amplitude: torch.Tensor, phase: torch.Tensor, inv_freq: t
 def score_moments(amplitude: torch.Tensor, phase: torch.Tensor, inv_freq: torch.Tensor, context_length: int, *,
                   start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Exact mean and variance of :math:`s(r) = \sum_n C_n\cos(r\theta_n - \phi_n)` for r uniform on the integers
-    start … start + L − 1.
+    start … start + L − 1 (start any integer, as in :func:`score_term_moments`).
 
     Equal to summing :func:`score_term_moments` (variance = every entry of the covariance), computed as two
     quadratic forms in :math:`w_n = C_n e^{-i\phi_n}` without building the covariance matrix:
@@ -317,7 +325,7 @@ def normal_ks_distance(samples: torch.Tensor, mean: torch.Tensor | float, std: t
 
     Args:
         samples: [..., n] values.
-        mean, std: numbers or tensors broadcastable to the batch shape [...]; std > 0.
+        mean, std: finite numbers or floating tensors broadcastable to the batch shape [...]; std > 0.
         presorted: True if ``samples`` is already sorted along its last dimension (saves the sort when several
             normals are compared with one sample).
     Returns:
@@ -327,12 +335,11 @@ def normal_ks_distance(samples: torch.Tensor, mean: torch.Tensor | float, std: t
     if samples.shape[-1] == 0:
         raise ValueError("samples must hold at least one value in its last dimension, got an empty one")
     _checks.finite("samples", samples)
-    mean = torch.as_tensor(mean, dtype=torch.float64)
-    std = torch.as_tensor(std, dtype=torch.float64)
-    if not bool((std > 0).all()) or not bool(torch.isfinite(std).all()):
-        raise ValueError(f"std must be finite and > 0, got {std}")
-    if not isinstance(presorted, bool):
-        raise TypeError(f"presorted must be a bool, got {type(presorted).__name__} {presorted!r}")
+    mean = _checks.real_or_tensor("mean", mean)
+    std = _checks.real_or_tensor("std", std, positive=True)
+    for name, value in (("mean", mean), ("std", std)):
+        _checks.broadcastable_to(name, value, tuple(samples.shape[:-1]))
+    _checks.flag("presorted", presorted)
     x = samples.to(torch.float64)
     x = x if presorted else x.sort(dim=-1).values
     n = x.shape[-1]

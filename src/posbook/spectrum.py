@@ -55,6 +55,8 @@ def ramp_gamma(turns: torch.Tensor, alpha: float = 1.0, beta: float = 32.0) -> t
     ``original_max_position_embeddings``. ``"yarn"`` as implemented (reference code, Hugging Face, posbook) blends
     linearly in the plane index between the planes where r = β and r = α instead; :func:`ramp_weights` returns
     the γ a config actually uses.
+
+    ``turns`` must be >= 0 and not NaN; +inf (a plane that turns infinitely often) gets γ = 1, the limit.
     """
     _checks.tensor("turns", turns, floating=True)
     _checks.number("alpha", alpha, min_value=0.0)

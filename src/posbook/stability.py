@@ -26,8 +26,11 @@ from . import _checks
 
 
 def attention_entropy(weights: torch.Tensor, *, dim: int = -1) -> torch.Tensor:
-    """Shannon entropy (nats) of attention rows along ``dim``, with 0·log 0 = 0. Rows should sum to 1."""
+    """Shannon entropy (nats) of attention rows along ``dim``, with 0·log 0 = 0. Rows should sum to 1; weights must
+    be finite and >= 0."""
     _checks.tensor("weights", weights, ndim_min=1, floating=True)
+    _checks.axis("dim", dim, weights.ndim)
+    _checks.finite("weights", weights)
     if bool((weights < 0).any()):
         raise ValueError("weights must be >= 0 (probabilities)")
     logs = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))
@@ -37,11 +40,11 @@ def attention_entropy(weights: torch.Tensor, *, dim: int = -1) -> torch.Tensor:
 def entropy_lower_bound(logit_norm: float | torch.Tensor, n: int) -> torch.Tensor:
     """The least entropy (nats) that softmax can reach over ``n`` keys when the logits' centred 2-norm is at most
     ``logit_norm`` (see the module docstring for the derivation). Equals log n at 0 and tends to 0 as the norm grows.
+
+    ``logit_norm`` is a number or a floating tensor of norms (finite, >= 0); the result is float64 of its shape.
     """
+    norm = _checks.real_or_tensor("logit_norm", logit_norm, min_value=0)
     _checks.number("n", n, integer=True, min_value=2)
-    norm = torch.as_tensor(logit_norm, dtype=torch.float64)
-    if bool((norm < 0).any()) or not bool(torch.isfinite(norm).all()):
-        raise ValueError(f"logit_norm must be finite and >= 0, got {logit_norm!r}")
     beta = norm * math.sqrt(n / (n - 1))
     tail = (n - 1) * torch.exp(-beta)
     return torch.log1p(tail) + beta * tail / (1 + tail)
@@ -50,7 +53,8 @@ def entropy_lower_bound(logit_norm: float | torch.Tensor, n: int) -> torch.Tenso
 def extremal_logits(logit_norm: float, n: int, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The centred row with norm ``logit_norm`` whose softmax has the least entropy: one logit above the rest."""
     _checks.number("logit_norm", logit_norm, min_value=0)
-    _checks.number("n", n, integer=True, min_value=2)
+    _checks.size("n", n, min_value=2)
+    _checks.dtype("dtype", dtype)
     beta = logit_norm * math.sqrt(n / (n - 1))
     z = torch.full((n,), -beta / n, dtype=dtype)
     z[0] = beta * (n - 1) / n
@@ -59,7 +63,7 @@ def extremal_logits(logit_norm: float, n: int, *, dtype: torch.dtype = torch.flo
 
 def softcap(logits: torch.Tensor, cap: float) -> torch.Tensor:
     """cap·tanh(logits/cap): close to the identity for logits much smaller than cap in magnitude, never beyond
-    ±cap (Gemma 2 uses 50)."""
+    ±cap (Gemma 2 uses 50). Element-wise: NaN entries stay NaN and ±inf map to ±cap."""
     _checks.tensor("logits", logits, floating=True)
     _checks.number("cap", cap, positive=True)
     return cap * torch.tanh(logits / cap)
@@ -78,7 +82,7 @@ def qk_clip_factors(max_logits: torch.Tensor, tau: float) -> torch.Tensor:
 
 
 def _head_rows(name: str, weight: torch.Tensor, n_heads: int, per_head: int) -> torch.Tensor:
-    _checks.tensor(name, weight, ndim=2, floating=True)
+    """weight [n_heads·per_head, hidden] (checked by the caller) as [n_heads, per_head, hidden]."""
     if weight.shape[0] != n_heads * per_head:
         raise ValueError(f"{name} must have n_heads·{per_head} = {n_heads * per_head} rows, got {weight.shape[0]}")
     return weight.view(n_heads, per_head, weight.shape[1])
@@ -96,11 +100,12 @@ def qk_clip_(w_q: torch.Tensor, w_k: torch.Tensor, gamma: torch.Tensor, *, head_
     """
     _checks.tensor("gamma", gamma, ndim=1, floating=True)
     _checks.finite("gamma", gamma)
+    _checks.tensor("w_q", w_q, ndim=2, floating=True)
+    _checks.finite("w_q", w_q)
     _checks.tensor("w_k", w_k, ndim=2, floating=True)
-    _checks.number("head_dim", head_dim, integer=True, positive=True)
-    _checks.number("alpha", alpha, min_value=0)
-    if alpha > 1:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
+    _checks.finite("w_k", w_k)
+    _checks.size("head_dim", head_dim)
+    _checks.number("alpha", alpha, min_value=0, max_value=1)
     if bool((gamma <= 0).any()) or bool((gamma > 1).any()):
         raise ValueError("gamma must be in (0, 1] (from qk_clip_factors)")
     n_heads = gamma.shape[0]
@@ -137,8 +142,11 @@ def qk_clip_mla_(w_q_nope: torch.Tensor, w_q_rope: torch.Tensor, w_k_nope: torch
     if bool((gamma <= 0).any()) or bool((gamma > 1).any()):
         raise ValueError("gamma must be in (0, 1] (from qk_clip_factors)")
     n_heads = gamma.shape[0]
-    _checks.number("qk_nope_head_dim", qk_nope_head_dim, integer=True, positive=True)
-    _checks.number("qk_rope_head_dim", qk_rope_head_dim, integer=True, positive=True)
+    _checks.size("qk_nope_head_dim", qk_nope_head_dim)
+    _checks.size("qk_rope_head_dim", qk_rope_head_dim)
+    for name, weight in (("w_q_nope", w_q_nope), ("w_q_rope", w_q_rope), ("w_k_nope", w_k_nope)):
+        _checks.tensor(name, weight, ndim=2, floating=True)
+        _checks.finite(name, weight)
     q_c = _head_rows("w_q_nope", w_q_nope, n_heads, qk_nope_head_dim)
     q_r = _head_rows("w_q_rope", w_q_rope, n_heads, qk_rope_head_dim)
     k_c = _head_rows("w_k_nope", w_k_nope, n_heads, qk_nope_head_dim)
@@ -154,14 +162,17 @@ def max_logits_per_head(q: torch.Tensor, k: torch.Tensor, *, scale: float | None
     This is the signal QK-Clip (Kimi K2) feeds to :func:`qk_clip_factors`. ``q`` is [batch, heads, Tq, d] and ``k``
     is [batch, heads, Tk, d] (repeat shared key heads first); ``scale`` defaults to 1/√d. With ``causal`` (Tq = Tk)
     only the pairs j ≤ i count, as in a decoder. The max is signed: a very negative logit only sends weight to
-    zero and is not what QK-Clip bounds. Computed without gradient, in the inputs' dtype.
+    zero and is not what QK-Clip bounds. Computed without gradient, in the inputs' dtype (q and k share one).
+    It runs every training step, so it does not check q and k for NaN or inf: they propagate to the maxima, which
+    :func:`qk_clip_factors` then refuses.
     """
     _checks.tensor("q", q, ndim=4, floating=True)
     _checks.tensor("k", k, ndim=4, floating=True)
     if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must agree in batch, heads and head_dim, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    if q.dtype != k.dtype:
+        raise TypeError(f"q and k must have one dtype, got q {q.dtype}, k {k.dtype}")
+    _checks.flag("causal", causal)
     if causal and q.shape[2] != k.shape[2]:
         raise ValueError(f"causal needs Tq == Tk, got Tq={q.shape[2]}, Tk={k.shape[2]}")
     if scale is None:
@@ -186,19 +197,21 @@ def logit_rows_with_norm(n: int, norms: torch.Tensor | list[float], count: int, 
 
     Args:
         n: keys per row (at least 2).
-        norms: 1-D sequence of non-negative norms R.
+        norms: non-negative norms R: a list of numbers or a 1-D floating tensor, not empty.
         count: rows drawn per norm.
         generator: optional torch.Generator for reproducibility.
     Returns:
         float64 tensor [len(norms), count, n].
     """
-    _checks.number("n", n, integer=True, min_value=2)
-    _checks.number("count", count, integer=True, positive=True)
-    radii = torch.as_tensor(norms, dtype=torch.float64)
-    if radii.ndim != 1 or radii.numel() == 0:
-        raise ValueError(f"norms must be a non-empty 1-D sequence, got shape {tuple(radii.shape)}")
-    if not bool(torch.isfinite(radii).all()) or bool((radii < 0).any()):
-        raise ValueError(f"norms must be finite and >= 0, got {norms!r}")
+    _checks.size("n", n, min_value=2)
+    _checks.size("count", count)
+    if isinstance(norms, torch.Tensor):
+        radii = _checks.real_or_tensor("norms", norms, min_value=0)
+        if radii.ndim != 1 or radii.numel() == 0:
+            raise ValueError(f"norms must be a non-empty 1-D tensor, got {_checks._show(norms)}")
+    else:
+        radii = torch.tensor(_checks.numbers("norms", norms, min_value=0), dtype=torch.float64)
+    _checks.generator("generator", generator)
     z = torch.randn(radii.numel(), count, n, generator=generator, dtype=torch.float64)
     z = z - z.mean(dim=-1, keepdim=True)
     z = z / z.norm(dim=-1, keepdim=True)

@@ -76,7 +76,7 @@ def positional_head_weights(q: torch.Tensor, inv_freq: torch.Tensor, delta: int,
     _check_spectrum(q, inv_freq)
     if q.ndim != 1:
         raise ValueError(f"q must be a single query of shape [head_dim], got {_checks._show(q)}")
-    _checks.number("seq_len", seq_len, integer=True, positive=True)
+    _checks.size("seq_len", seq_len)
     _checks.number("delta", delta, integer=True, min_value=0)
     if delta >= seq_len:
         raise ValueError(f"delta must be < seq_len = {seq_len}, got {delta}")

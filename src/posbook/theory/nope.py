@@ -24,8 +24,8 @@ BOS_FLAG marks the ⟨bos⟩ token, POSITION is the slot that comes to hold 1/t 
 
 
 def _dims(d_model: Any, head_dim: Any) -> None:
-    _checks.number("d_model", d_model, integer=True, positive=True)
-    _checks.number("head_dim", head_dim, integer=True, positive=True)
+    _checks.size("d_model", d_model)
+    _checks.size("head_dim", head_dim)
     if d_model < 3:
         raise ValueError(f"d_model must be >= 3 (the construction uses three hidden dimensions), got {d_model}")
 
@@ -43,11 +43,12 @@ def theorem1_weights(vocab_size: int, d_model: int, head_dim: int, *, bos_id: in
 
     Run causally, position t (1-based) attends uniformly over t keys and dimension 2 of the output is 1/t.
     """
-    _checks.number("vocab_size", vocab_size, integer=True, positive=True)
+    _checks.size("vocab_size", vocab_size)
     _dims(d_model, head_dim)
     _checks.number("bos_id", bos_id, integer=True, min_value=0)
     if bos_id >= vocab_size:
         raise ValueError(f"bos_id must be < vocab_size={vocab_size}, got {bos_id}")
+    _checks.generator("generator", generator)
     _checks.dtype("dtype", dtype)
     embedding = torch.randn(vocab_size, d_model, generator=generator, dtype=torch.float64)
     embedding[:, ONE] = 1.0
@@ -65,25 +66,43 @@ def theorem1_weights(vocab_size: int, d_model: int, head_dim: int, *, bos_id: in
     return {name: w.to(dtype) for name, w in out.items()}
 
 
+def _hidden(hidden: Any) -> None:
+    _checks.tensor("hidden", hidden, ndim=2, floating=True)
+    if hidden.shape[0] == 0:
+        raise ValueError(f"hidden must hold at least one position, got {_checks._show(hidden)}")
+    _checks.finite("hidden", hidden)
+
+
+def _weight(name: str, w: Any, hidden: torch.Tensor, ndim: int = 2) -> None:
+    """A finite weight in hidden's dtype: the constructions are exact, so nothing is cast silently."""
+    _checks.tensor(name, w, ndim=ndim, floating=True)
+    if w.dtype != hidden.dtype:
+        raise TypeError(f"{name} must have hidden's dtype {hidden.dtype}, got {w.dtype}")
+    _checks.finite(name, w)
+
+
 def attention_block(hidden: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
                     w_o: torch.Tensor, *, causal: bool = True, return_weights: bool = False):
     """One NoPE attention head on one sequence: W_O · attention(W_Q h, W_K h, W_V h), no position anywhere.
 
-    ``hidden`` is ``[T, d_model]``; the result (the head's contribution to the residual stream) is too. Scores are
-    scaled by 1/√head_dim as usual and normalised by softmax (:func:`posbook.core.attention`, reference path).
-    With ``return_weights`` the ``[T, T]`` attention weights come back as well.
+    ``hidden`` is ``[T, d_model]`` (T ≥ 1); the result (the head's contribution to the residual stream) is too.
+    Scores are scaled by 1/√head_dim as usual and normalised by softmax (:func:`posbook.core.attention`, reference
+    path). With ``return_weights`` the ``[T, T]`` attention weights come back as well. Hidden states and weights
+    must be finite and share one dtype.
     """
-    _checks.tensor("hidden", hidden, ndim=2, floating=True)
+    _hidden(hidden)
     d_model = hidden.shape[1]
-    for name, w, shape in (("w_q", w_q, None), ("w_k", w_k, None), ("w_v", w_v, None)):
-        _checks.tensor(name, w, ndim=2, floating=True)
+    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
+        _weight(name, w, hidden)
         if w.shape[1] != d_model:
             raise ValueError(f"{name} must be [head_dim, d_model={d_model}], got {tuple(w.shape)}")
     if w_q.shape != w_k.shape:
         raise ValueError(f"w_q and w_k must have one shape, got {tuple(w_q.shape)} and {tuple(w_k.shape)}")
-    _checks.tensor("w_o", w_o, ndim=2, floating=True)
+    _weight("w_o", w_o, hidden)
     if w_o.shape != (d_model, w_v.shape[0]):
         raise ValueError(f"w_o must be [d_model={d_model}, head_dim={w_v.shape[0]}], got {tuple(w_o.shape)}")
+    _checks.flag("causal", causal)
+    _checks.flag("return_weights", return_weights)
     q, k, v = (hidden @ w.T for w in (w_q, w_k, w_v))
     res = attention(q[None, None], k[None, None], v[None, None], causal=causal, return_weights=return_weights,
                     impl="reference")
@@ -113,13 +132,12 @@ def reciprocal_mlp(positions: torch.Tensor, *, d_model: int, read: int = POSITIO
         raise ValueError(f"positions must hold at least two positions, got {positions.tolist()}")
     if bool((positions < 1).any()) or bool((positions[1:] <= positions[:-1]).any()):
         raise ValueError(f"positions must be strictly increasing integers >= 1, got {positions.tolist()[:8]}...")
-    _checks.number("d_model", d_model, integer=True, positive=True)
+    _checks.size("d_model", d_model)
     for name, idx in (("read", read), ("write", write)):
         _checks.number(name, idx, integer=True, min_value=0)
         if idx >= d_model:
             raise ValueError(f"{name} must be < d_model={d_model}, got {idx}")
-    if not isinstance(keep_input, bool):
-        raise TypeError(f"keep_input must be a bool, got {type(keep_input).__name__} {keep_input!r}")
+    _checks.flag("keep_input", keep_input)
     _checks.dtype("dtype", dtype)
     t = positions.double().flip(0)                     # decreasing t: knots x = 1/t increasing
     x, y = 1.0 / t, t
@@ -143,12 +161,21 @@ def reciprocal_mlp(positions: torch.Tensor, *, d_model: int, read: int = POSITIO
 
 
 def mlp_block(hidden: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
-    """``W_2 · relu(W_1 h + b_1) + b_2`` for each row of ``hidden [T, d_model]`` (the MLP's residual contribution)."""
-    _checks.tensor("hidden", hidden, ndim=2, floating=True)
-    if not isinstance(weights, dict) or set(weights) != {"w1", "b1", "w2", "b2"}:
-        raise ValueError(f"weights must be a dict with keys w1, b1, w2, b2 (see reciprocal_mlp), got {weights!r:.80}")
-    if weights["w1"].shape[1] != hidden.shape[1]:
-        raise ValueError(f"weights['w1'] must be [units, d_model={hidden.shape[1]}], got {tuple(weights['w1'].shape)}")
+    """``W_2 · relu(W_1 h + b_1) + b_2`` for each row of ``hidden [T, d_model]`` (the MLP's residual contribution).
+
+    ``weights`` as from :func:`reciprocal_mlp`: finite, in hidden's dtype (T ≥ 1, hidden finite too).
+    """
+    _hidden(hidden)
+    _checks.mapping("weights", weights)
+    if set(weights) != {"w1", "b1", "w2", "b2"}:
+        raise ValueError(f"weights must have the keys w1, b1, w2, b2 (see reciprocal_mlp), got {sorted(weights)}")
+    for key, ndim in (("w1", 2), ("b1", 1), ("w2", 2), ("b2", 1)):
+        _weight(f"weights[{key!r}]", weights[key], hidden, ndim)
+    units, d_model = weights["w1"].shape[0], hidden.shape[1]
+    for key, shape in (("w1", (units, d_model)), ("b1", (units,)), ("w2", (d_model, units)), ("b2", (d_model,))):
+        if tuple(weights[key].shape) != shape:
+            raise ValueError(f"weights[{key!r}] must have shape {shape} (units={units}, d_model={d_model}), got "
+                             f"{tuple(weights[key].shape)}")
     return torch.relu(hidden @ weights["w1"].T + weights["b1"]) @ weights["w2"].T + weights["b2"]
 
 
@@ -166,8 +193,8 @@ def theorem2_weights(d_model: int, head_dim: int, *, generator: torch.Generator 
     _dims(d_model, head_dim)
     if head_dim < 2:
         raise ValueError(f"head_dim must be >= 2 (two entries carry the relative term), got {head_dim}")
-    if not isinstance(content_reads_position, bool):
-        raise TypeError(f"content_reads_position must be a bool, got {content_reads_position!r}")
+    _checks.generator("generator", generator)
+    _checks.flag("content_reads_position", content_reads_position)
     _checks.dtype("dtype", dtype)
     w_q = torch.randn(head_dim, d_model, generator=generator, dtype=torch.float64)
     w_k = torch.randn(head_dim, d_model, generator=generator, dtype=torch.float64)
