@@ -170,6 +170,16 @@ def gen() -> torch.Generator:
     return torch.Generator().manual_seed(0)
 
 
+# Domains of numeric arguments (see DOMAINS below).
+POSITIVE_INT = "positive int"
+NONNEGATIVE_INT = "non-negative int"
+SIGNED_INT = "int"
+POSITIVE_REAL = "positive real"
+NONNEGATIVE_REAL = "non-negative real"
+REAL = "real"
+ANY_VALUE = "any value"       # the argument takes anything (a value to glue, a claim's shown text)
+
+
 @dataclasses.dataclass
 class Specimen:
     """A valid call: ``kwargs()`` builds fresh arguments (some callables change their inputs in place)."""
@@ -208,9 +218,11 @@ SPECIMENS: dict[str, Specimen] = {
                                                beta_fast=32.0, beta_slow=1.0, truncate=True)),
     "posbook.yarn_softmax_scale": S(lambda: dict(config=llama_config())),
     "posbook.frequency_ratio": S(lambda: dict(config=llama_config(), seq_len=100)),
-    "posbook.ramp_gamma": S(lambda: dict(turns=torch.linspace(0, 40, 8), alpha=1.0, beta=32.0)),
+    # the ramp's lower end may be 0 turns (alpha >= 0)
+    "posbook.ramp_gamma": S(lambda: dict(turns=torch.linspace(0, 40, 8), alpha=1.0, beta=32.0),
+                            alpha=NONNEGATIVE_REAL),
     "posbook.ramp_weights": S(lambda: dict(config=llama_config())),
-    "posbook.rope_turns": S(lambda: dict(inv_freq=inv8(), length=64.0)),
+    "posbook.rope_turns": S(lambda: dict(inv_freq=inv8(), length=64.0), length=POSITIVE_REAL),  # a real length
     "posbook.rope_wavelengths": S(lambda: dict(inv_freq=inv8())),
     "posbook.apply_rope": S(lambda: dict(x=rand(2, 4, 8), cos=cos_sin8()[0], sin=cos_sin8()[1], layout="half")),
     "posbook.half_to_interleaved": S(lambda: dict(x=rand(2, 8), dim=-1, head_dim=8, rotary_dim=8)),
@@ -497,13 +509,6 @@ SPECIMENS: dict[str, Specimen] = {
 # Domains: what each argument accepts, by name. One entry per name the public API uses; a specimen overrides a name
 # whose meaning differs in one callable.
 
-POSITIVE_INT = "positive int"
-NONNEGATIVE_INT = "non-negative int"
-SIGNED_INT = "int"
-POSITIVE_REAL = "positive real"
-NONNEGATIVE_REAL = "non-negative real"
-REAL = "real"
-ANY_VALUE = "any value"       # the argument takes anything (a value to glue, a claim's shown text)
 
 DOMAINS: dict[str, str] = {
     **dict.fromkeys(["rotary_dim", "head_dim", "n_heads", "q_len", "k_len", "window", "chunk_size", "block_size",
@@ -886,6 +891,8 @@ def classify(target: str, fn: Callable, kwargs: dict, mutation: Mutation, baseli
             result = call(fn, changed)
     except Hang:
         return Outcome(target, mutation, "hang", f"no answer within {HANG_SECONDS} s")
+    except pb.ClaimError as error:  # a value that refutes a claim: what Claims is for
+        return Outcome(target, mutation, "clear" if mutation.sort != UNUSUAL else "broken", f"ClaimError: {error}")
     except ALLOWED_ERRORS as error:
         message = f"{type(error).__name__}: {error}"
         if mutation.sort == UNUSUAL:

@@ -168,7 +168,8 @@ def token_ids(name: str, value: Any, vocab_size: int, *, ndim: int | None = 2) -
     tensor(name, value, ndim=ndim)
     if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer token ids, got {_show(value)}")
-    if value.numel() and (bool((value < 0).any()) or bool((value >= vocab_size).any())):
+    wide = value.long()  # uint8 ids compared with vocab_size 256 would wrap around
+    if value.numel() and (bool((wide < 0).any()) or bool((wide >= vocab_size).any())):
         raise ValueError(f"{name} must hold token ids in 0 … {vocab_size - 1} (vocab_size={vocab_size}), got values "
                          f"{int(value.min())} … {int(value.max())}")
     return value

@@ -39,11 +39,8 @@ def _in_kernel() -> bool:
     return get_ipython() is not None
 
 
-class ClaimError(AssertionError, ValueError):
-    """A claim of the book does not hold for the values the page computed.
-
-    An AssertionError, as a failed check of the book, and a ValueError: the value passed does not satisfy the claim.
-    """
+class ClaimError(AssertionError):
+    """A claim of the book does not hold for the values the page computed."""
 
 
 @dataclass(frozen=True)
