@@ -248,7 +248,9 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.relative_positions": S(lambda: dict(q_len=3, k_len=5, device="cpu")),
     "posbook.t5_relative_buckets": S(lambda: dict(relative_position=pb.relative_positions(3, 5), bidirectional=True,
                                                   num_buckets=8, max_distance=16)),
-    "posbook.llama4_attention_scale": S(lambda: dict(positions=torch.arange(6), floor_scale=4.0, attn_scale=0.1)),
+    # attn_scale = 0 is valid: the factor is 1 at every position (no temperature tuning).
+    "posbook.llama4_attention_scale": S(lambda: dict(positions=torch.arange(6), floor_scale=4.0, attn_scale=0.1),
+                                        attn_scale="non-negative real"),
     "posbook.swan_log_scale": S(lambda: dict(positions=torch.arange(6), a=4.0)),
     "posbook.attention_mask": S(lambda: dict(kind="sliding", q_len=3, k_len=6, window=2, device="cpu")),
     "posbook.block_mask": S(lambda: dict(kind="chunked", q_len=8, k_len=8, chunk_size=4, block_size=4, device="cpu")),
@@ -750,7 +752,9 @@ def mutations(name: str, fn: Callable, spec: Specimen, kwargs: dict) -> list[Mut
             continue
         if arg in parameters and value is not None:
             optional = parameters[arg].default is None
-            out.append(Mutation(UNUSUAL if optional else BAD, "None" + (" (the default)" if optional else ""), arg, None))
+            # None is the default of an argument that one mode needs (window for kind="sliding"): borderline.
+            out.append(Mutation(BORDERLINE if optional else BAD, "None" + (" (the default)" if optional else ""), arg,
+                                None))
         domain = spec.domains.get(arg, DOMAINS.get(arg))
         if arg in ("device",):
             out += _device_mutations(arg)

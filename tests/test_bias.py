@@ -82,3 +82,19 @@ def test_t5_relative_bias_module_is_a_lookup():
     buckets = pb.t5_relative_buckets(pb.relative_positions(5, 7), bidirectional=False, num_buckets=8, max_distance=16)
     assert bias.shape == (3, 5, 7)
     torch.testing.assert_close(bias, module.embedding.weight[buckets].permute(2, 0, 1))
+
+
+def test_sizes_and_devices_are_checked_before_any_work():
+    for make, error, match in [
+        (lambda: pb.alibi_slopes(2**40), ValueError, "^n_heads must be at most"),
+        (lambda: pb.ALiBiBias(2**63), ValueError, "^n_heads must be at most"),
+        (lambda: pb.T5RelativeBias(2**40), ValueError, "^n_heads must be at most"),
+        (lambda: pb.relative_positions(3, 2**40), ValueError, "^k_len must be at most"),
+        (lambda: pb.relative_positions(3, 5, device="tpu"), ValueError, "^device"),
+        (lambda: pb.t5_relative_buckets(torch.zeros(3), num_buckets=8), TypeError, "^relative_position must be an "
+                                                                                    "integer tensor"),
+        (lambda: pb.t5_relative_buckets(torch.zeros(3, dtype=torch.long), bidirectional=0), TypeError,
+         "^bidirectional"),
+    ]:
+        with pytest.raises(error, match=match):
+            make()

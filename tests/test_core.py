@@ -218,3 +218,95 @@ def test_gradients_flow_through_every_normaliser():
         assert torch.autograd.gradcheck(lambda a, b, c: pb.attention(a, b, c, causal=True, impl="reference", **options),
                                         (q, k, v))
     assert torch.autograd.gradcheck(lambda s: pb.attention(q, k, v, normaliser="sink", sink=s, impl="reference"), (sink,))
+
+
+def _overflowing(case):
+    """Finite float32 q, k, v whose logits overflow: every logit +inf, one +inf logit per row of query 1, or every
+    logit −inf."""
+    q, k, v = qkv(tq=6, tk=6, d=8, dtype=torch.float32)
+    if case == "all +inf":
+        q, k = torch.full_like(q, 1e20), torch.full_like(k, 1e20)
+    elif case == "one +inf logit":
+        q[:, :, 1], k[:, :, 0] = 1e20, 1e20
+    else:
+        q, k = torch.full_like(q, 1e20), torch.full_like(k, -1e20)
+    return q, k, v
+
+
+@pytest.mark.parametrize("case", ["all +inf", "one +inf logit", "all -inf"])
+@pytest.mark.parametrize("options", [{}, {"causal": True}, {"normaliser": "softmax1", "causal": True},
+                                     {"normaliser": "sink", "sink": torch.tensor([0.0, 1.0, -1.0, 2.0])}],
+                         ids=["plain", "causal", "softmax1", "sink"])
+def test_overflowing_logits_give_the_same_rows_on_every_path(case, options):
+    q, k, v = _overflowing(case)
+    reference = pb.attention(q, k, v, impl="reference", **options)
+    impls = ("sdpa", "flex") if options.get("normaliser", "softmax") == "softmax" else ("flex",)
+    for impl in impls:
+        out = pb.attention(q, k, v, impl=impl, **options)
+        assert torch.equal(torch.isnan(out), torch.isnan(reference)), impl
+        torch.testing.assert_close(out, reference, equal_nan=True)
+    nan_rows = torch.isnan(reference).all(-1)
+    if case == "all +inf":
+        assert nan_rows.all()
+    elif case == "one +inf logit":  # only query 1 meets its +inf logit (key 0 is visible to every query)
+        assert nan_rows[:, :, 1].all() and not torch.isnan(reference[:, :, [0, 2, 3, 4, 5]]).any()
+    else:
+        assert torch.equal(reference, torch.zeros_like(reference))  # every key hidden by −inf: a zero row
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_q_k_v_are_refused(name, value):
+    tensors = dict(zip("qkv", qkv(dtype=torch.float32)))
+    tensors[name][0, 1, 2, 3] = value
+    with pytest.raises(ValueError, match=f"^{name} must be finite"):
+        pb.attention(**tensors)
+    with pytest.raises(ValueError, match=f"^{name} must be finite"):
+        pb.local_attention(**tensors, kind="sliding", window=4)
+
+
+def test_local_attention_checks_its_inputs_as_attention_does():
+    q, k, v = qkv(dtype=torch.float32)
+    cases = [
+        (dict(q=q.half()), TypeError, "one dtype"),
+        (dict(k=k.bfloat16()), TypeError, "one dtype"),
+        (dict(v=v.double()), TypeError, "one dtype"),
+        (dict(k=k[:1], v=v[:1]), ValueError, "batch size"),
+        (dict(k=torch.randn(2, 3, 12, 16), v=torch.randn(2, 3, 12, 16)), ValueError, "heads"),
+        (dict(k=k[..., :8]), ValueError, r"k.shape\[-1\]"),
+        (dict(v=v[:, :, :6]), ValueError, "^v must be"),
+        (dict(k=k[:, :, :6], v=v[:, :, :6], q=q[:, :, :3]), ValueError, "one length"),
+        (dict(query_scale=torch.ones(5)), ValueError, "^query_scale"),
+        (dict(query_scale=torch.full((12,), math.nan)), ValueError, "^query_scale must be finite"),
+        (dict(kind="chunked"), ValueError, "window only applies"),
+        (dict(window=2**40), ValueError, "^window must be at most"),
+        (dict(block_size=2**40), ValueError, "^block_size must be at most"),
+        (dict(block_size=True), TypeError, "^block_size"),
+        (dict(kind="global"), ValueError, "^kind"),
+    ]
+    for change, error, message in cases:
+        arguments = dict(q=q, k=k, v=v, kind="sliding", window=4) | change
+        with pytest.raises(error, match=message):
+            pb.local_attention(**arguments)
+
+
+@pytest.mark.parametrize("kind, size", [("sliding", "window"), ("chunked", "chunk_size")])
+def test_local_attention_with_sizes_beyond_the_sequence_is_causal_attention(kind, size):
+    q, k, v = qkv()
+    out = pb.local_attention(q, k, v, kind=kind, block_size=10**9, **{size: 10**9})
+    torch.testing.assert_close(out, pb.attention(q, k, v, causal=True, impl="reference"))
+    query_scale = pb.swan_log_scale(torch.arange(12))
+    torch.testing.assert_close(pb.local_attention(q, k, v, kind=kind, query_scale=query_scale, **{size: 5}),
+                               pb.attention(q, k, v, query_scale=query_scale, impl="reference",
+                                            mask=pb.attention_mask(kind, 12, **{size: 5})))
+
+
+def test_empty_sizes_are_refused_by_name():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="head_dim > 0"):
+        pb.attention(q[..., :0], k[..., :0], v)
+    with pytest.raises(ValueError, match="^k must hold at least one key"):
+        pb.attention(q[:, :, :0], k[:, :, :0], v[:, :, :0])
+    with pytest.raises(ValueError, match="heads"):
+        pb.attention(q, k[:, :0], v[:, :0])
+    assert pb.attention(q[:0], k[:0], v[:0]).shape == (0, 4, 12, 16)

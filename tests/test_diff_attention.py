@@ -58,10 +58,62 @@ def test_needle_to_distractor_ratio():
     assert da.needle_to_distractor_ratio(w, 2).item() == pytest.approx(0.6 / (0.4 / 3))
     with pytest.raises(ValueError, match="needle"):
         da.needle_to_distractor_ratio(w, 4)
-    with pytest.raises(ValueError, match="needle"):
+    with pytest.raises(TypeError, match="needle"):
         da.needle_to_distractor_ratio(w, True)
 
 
 def test_diff_layer_matches_official_layout_kv_count():
     layer = pb.DiffAttention(1024, 8, layer=1)          # the reference example: 8 DIFF heads ~ 16 baseline heads
     assert layer.head_dim == 64 and layer.kv_cache_values_per_token() == 2 * 1024
+
+
+def test_forward_is_two_causal_attentions():
+    torch.manual_seed(2)
+    layer = da.DiffAttention(32, 2, layer=3).double()
+    x = torch.randn(2, 6, 32, dtype=torch.float64)
+    q = layer.q_proj(x).view(2, 6, 2, 2, 8).permute(3, 0, 2, 1, 4)
+    k = layer.k_proj(x).view(2, 6, 2, 2, 8).permute(3, 0, 2, 1, 4)
+    v = layer.v_proj(x).view(2, 6, 2, 16).transpose(1, 2)
+    (o1, a1), (o2, a2) = (pb.attention(q[i], k[i], v, causal=True, return_weights=True) for i in range(2))
+    lam = layer.lam()
+    heads = layer.head_norm(o1 - lam * o2) * (1 - layer.lambda_init)
+    out, maps = layer(x, return_maps=True)
+    torch.testing.assert_close(out, layer.out_proj(heads.transpose(1, 2).reshape(2, 6, 32)))
+    torch.testing.assert_close(maps, a1 - lam * a2)
+    torch.testing.assert_close(layer(x), out)
+
+
+def test_layer_checks_its_input_by_name():
+    layer = da.DiffAttention(32, 2, layer=1)
+    x = torch.randn(1, 3, 32)
+    cos, sin = pb.rope_cos_sin(torch.arange(3), pb.default_inv_freq(8))
+    for call, error, match in [
+        (lambda: layer(x.double()), TypeError, "^x must have the layer's dtype"),
+        (lambda: layer(x, (cos,)), TypeError, r"^rope must be a \(cos, sin\) pair"),
+        (lambda: layer(x, 3), TypeError, "^rope must be"),
+        (lambda: layer(x, (cos[:2], sin[:2])), ValueError, "^rope must be"),
+        (lambda: layer(x, (cos, sin[:, :4])), ValueError, "^rope must hold cos and sin of one shape"),
+        (lambda: layer(x, return_maps=1), TypeError, "^return_maps"),
+        (lambda: layer.head_rms(x.masked_fill(x > 1, float("nan"))), ValueError, "^x must be finite"),
+        (lambda: da.DiffAttention(2**40, 2, layer=1), ValueError, "^d_model must be at most"),
+    ]:
+        with pytest.raises(error, match=match):
+            call()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(x.bfloat16()).shape == (1, 3, 32)
+
+
+def test_differential_weights_hide_minus_inf_and_refuse_nan():
+    s1 = torch.tensor([[0.0, float("-inf"), 1.0], [float("-inf")] * 3])
+    w = da.differential_weights(s1, torch.zeros(2, 3), 0.5)
+    assert w[0, 1] == -0.5 / 3 and torch.equal(w[1], torch.full((3,), -0.5 / 3))
+    for scores, lam, error, match in [
+        (torch.tensor([[0.0, float("nan"), 1.0]]), 0.5, ValueError, "^scores1 must not contain NaN"),
+        (torch.tensor([[0.0, float("inf"), 1.0]]), 0.5, ValueError, r"^scores1 must not contain NaN or \+inf"),
+        (torch.zeros(1, 3), torch.tensor([0.5, 0.5]), ValueError, "^lam of shape"),
+        (torch.zeros(1, 3), torch.tensor(float("nan")), ValueError, "^lam must be finite"),
+    ]:
+        with pytest.raises(error, match=match):
+            da.differential_weights(scores, torch.zeros_like(scores), lam)
+    with pytest.raises(ValueError, match="^weights must be finite"):
+        da.needle_to_distractor_ratio(torch.tensor([0.5, float("nan"), 0.1]), 0)

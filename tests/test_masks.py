@@ -47,3 +47,17 @@ def test_block_mask_is_the_same_rule_and_skips_blocks(kind, options):
 def test_sliding_window_equal_to_length_is_causal():
     assert torch.equal(pb.attention_mask("sliding", 10, window=10), pb.attention_mask("causal", 10))
     assert torch.equal(pb.attention_mask("chunked", 10, chunk_size=10), pb.attention_mask("causal", 10))
+
+
+def test_sizes_and_devices_are_checked_before_any_work():
+    for make, error, match in [
+        (lambda: pb.attention_mask("causal", 2**40), ValueError, "^q_len must be at most"),
+        (lambda: pb.attention_mask("causal", 3, 2**63), ValueError, "^k_len must be at most"),
+        (lambda: pb.attention_mask("sliding", 3, window=2**40), ValueError, "^window must be at most"),
+        (lambda: pb.attention_mask("causal", 3, device="tpu"), ValueError, "^device"),
+        (lambda: pb.block_mask("causal", 8, block_size=2**40), ValueError, "^block_size must be at most"),
+        (lambda: pb.block_mask("causal", 8, device=None), TypeError, "^device"),
+        (lambda: pb.mask_mod("chunked", chunk_size=2**63), ValueError, "^chunk_size must be at most"),
+    ]:
+        with pytest.raises(error, match=match):
+            make()

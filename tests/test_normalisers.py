@@ -93,6 +93,8 @@ def test_fully_hidden_row_is_zero_not_nan():
     ({"logits": [1.0, 2.0]}, TypeError, "logits must be a torch.Tensor"),
     ({"logits": torch.tensor([1, 2])}, TypeError, "logits must be a floating-point"),
     ({"logits": torch.tensor([1.0, float("nan")])}, ValueError, "NaN"),
+    ({"logits": torch.tensor([1.0, float("inf")])}, ValueError, r"^logits must not contain NaN or \+inf"),
+    ({"logits": torch.zeros(2, 0)}, ValueError, "^logits must hold at least one key"),
     ({"logits": torch.zeros(3), "normaliser": "softmax2"}, ValueError, "normaliser"),
     ({"logits": torch.zeros(3), "normaliser": "sink"}, ValueError, "needs sink"),
     ({"logits": torch.zeros(3), "sink": 1.0}, ValueError, "sink only applies"),

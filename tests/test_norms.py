@@ -40,3 +40,24 @@ def test_bound_rejects_bad_input():
         qk_norm_logit_bound(8.0)
     with pytest.raises(ValueError, match="scale"):
         qk_norm_logit_bound(8, scale=-1.0)
+
+
+def test_norm_modules_check_their_arguments_by_name():
+    for make, error, match in [
+        (lambda: pb.RMSNorm(2**40), ValueError, "^dim must be at most"),
+        (lambda: pb.RMSNorm(8, eps=0.0), ValueError, "^eps"),
+        (lambda: pb.RMSNorm(8, zero_centred=1), TypeError, "^zero_centred"),
+        (lambda: pb.QKNorm(True), TypeError, "^head_dim"),
+        (lambda: pb.QKNorm(8, eps="1e-6"), TypeError, "^eps"),
+        (lambda: pb.QKNorm(8)(torch.randn(2, 3, 8), torch.randn(2, 3, 7)), ValueError, r"^k.shape\[-1\] must be"),
+        (lambda: pb.QKNorm(8)([1.0], torch.randn(2, 3, 8)), TypeError, "^q must be"),
+        (lambda: pb.rms_norm(torch.randn(2, 4), zero_centred="yes"), TypeError, "^zero_centred"),
+    ]:
+        with pytest.raises(error, match=match):
+            make()
+
+
+def test_rms_norm_passes_non_finite_entries_through():
+    x = torch.tensor([[1.0, float("nan")], [1.0, 2.0]])
+    y = pb.rms_norm(x)
+    assert torch.isnan(y[0]).all() and torch.isfinite(y[1]).all()

@@ -239,3 +239,25 @@ def real_or_tensor(name: str, value: Any, *, positive: bool = False, min_value: 
     if min_value is not None and not bool((value >= min_value).all()):
         raise ValueError(f"{name} must be >= {min_value}, got {_show(value)} with entries below it")
     return value.to(torch.float64)
+
+
+def logits(name: str, value: Any) -> torch.Tensor:
+    """A floating tensor of logits: −inf hides an entry (weight 0); NaN and +inf have no meaning and are refused."""
+    tensor(name, value, floating=True)
+    if bool(torch.isnan(value).any()) or bool((value == math.inf).any()):
+        raise ValueError(f"{name} must not contain NaN or +inf (−inf hides an entry), got {_show(value)} with such "
+                         "entries")
+    return value
+
+
+def cos_sin(name: str, value: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A (cos, sin) pair of floating tensors of one shape [..., T, rotary_dim], as rope_cos_sin returns it."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        length = f" of length {len(value)}" if isinstance(value, (tuple, list)) else ""
+        raise TypeError(f"{name} must be a (cos, sin) pair of tensors, got {type(value).__name__}{length}")
+    cos, sin = value
+    tensor(f"{name}[0]", cos, ndim_min=2, floating=True)
+    tensor(f"{name}[1]", sin, ndim_min=2, floating=True)
+    if cos.shape != sin.shape:
+        raise ValueError(f"{name} must hold cos and sin of one shape, got {tuple(cos.shape)} and {tuple(sin.shape)}")
+    return cos, sin

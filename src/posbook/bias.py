@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from . import _checks
+from .masks import _query_key_sizes
 
 
 def relative_positions(q_len: int, k_len: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
@@ -21,7 +22,9 @@ def relative_positions(q_len: int, k_len: int | None = None, *, device: torch.de
     Queries are the last ``q_len`` of the ``k_len`` positions (a decoding step with a KV cache has q_len = 1),
     so the diagonal of the last query block is 0 and past keys have negative entries.
     """
-    q_len, k_len = _checks.query_key_lengths(q_len, k_len)
+    q_len, k_len = _query_key_sizes(q_len, k_len)
+    if device is not None:
+        _checks.device("device", device)
     q_pos = torch.arange(k_len - q_len, k_len, device=device)
     return torch.arange(k_len, device=device)[None, :] - q_pos[:, None]
 
@@ -33,7 +36,7 @@ def alibi_slopes(n_heads: int, *, dtype: torch.dtype = torch.float32) -> torch.T
     reference construction takes all slopes for the largest power of two p < n, then every other slope of the
     sequence for 2p until there are n: the extra heads get slopes that interleave with the first p.
     """
-    _checks.number("n_heads", n_heads, integer=True, positive=True)
+    _checks.size("n_heads", n_heads)
     _checks.dtype("dtype", dtype)
 
     def geometric(n: int) -> list[float]:
@@ -70,12 +73,9 @@ def t5_relative_buckets(relative_position: torch.Tensor, *, bidirectional: bool 
     With ``bidirectional=False`` (a decoder) keys after the query (j > i) fall in bucket 0, as at distance 0;
     the causal mask removes them anyway.
     """
-    _checks.tensor("relative_position", relative_position)
-    if relative_position.is_floating_point() or relative_position.dtype == torch.bool:
-        raise TypeError(f"relative_position must hold integers, got dtype {relative_position.dtype}")
-    if not isinstance(bidirectional, bool):
-        raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__} {bidirectional!r}")
-    _checks.number("num_buckets", num_buckets, integer=True, positive=True)
+    _checks.tensor("relative_position", relative_position, integer=True)
+    _checks.flag("bidirectional", bidirectional)
+    _checks.size("num_buckets", num_buckets)
     _checks.number("max_distance", max_distance, integer=True, positive=True)
     per_direction = num_buckets // 2 if bidirectional else num_buckets
     exact = per_direction // 2
@@ -105,7 +105,7 @@ class T5RelativeBias(nn.Module):
 
     def __init__(self, n_heads: int, *, bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128):
         super().__init__()
-        _checks.number("n_heads", n_heads, integer=True, positive=True)
+        _checks.size("n_heads", n_heads)
         t5_relative_buckets(torch.zeros(1, dtype=torch.long), bidirectional=bidirectional, num_buckets=num_buckets,
                             max_distance=max_distance)  # validates the bucket arguments once, here
         self.bidirectional, self.num_buckets, self.max_distance = bidirectional, num_buckets, max_distance

@@ -41,8 +41,8 @@ def _is_block_mask(mask: Any) -> bool:
     return isinstance(mask, BlockMask)
 
 
-def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask, causal, normaliser, sink,
-                  sigmoid_bias, gate, output_rope, layout, impl):
+def _check_qkv(q, k, v) -> None:
+    """q, k and v of one attention call: shapes, one dtype, one device, finite entries (posbook.local shares it)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         _checks.tensor(name, x, ndim=4, floating=True)
     batch, hq, tq, d = q.shape
@@ -51,29 +51,46 @@ def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask,
         raise ValueError(f"q, k and v must share the batch size, got {q.shape[0]}, {k.shape[0]}, {v.shape[0]}")
     if dk != d:
         raise ValueError(f"k.shape[-1] must equal q.shape[-1]={d} (the q·k dot product), got {dk}")
+    if d == 0:
+        raise ValueError(f"q and k must have head_dim > 0, got q of shape {tuple(q.shape)}")
     if v.shape[1] != hkv or v.shape[2] != tk:
         raise ValueError(f"v must be [batch, {hkv}, {tk}, dv] like k, got {tuple(v.shape)}")
-    if hq % hkv:
+    if hkv == 0 or hq % hkv:
         raise ValueError(f"q has {hq} heads, which is not a multiple of k's {hkv} heads (grouped-query attention)")
     if tk < tq:
         raise ValueError(f"k must have at least as many positions as q (queries are the last ones), got {tk} < {tq}")
+    if tk == 0:
+        raise ValueError(f"k must hold at least one key position, got k of shape {tuple(k.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _checks.finite(name, x)
+
+
+def _check_query_scale(query_scale, q) -> None:
+    """A finite factor per query row, broadcastable to [batch, Hq, Tq] (posbook.local shares it)."""
+    if query_scale is not None:
+        _checks.tensor("query_scale", query_scale, floating=True)
+        _checks.broadcastable_to("query_scale", query_scale, tuple(q.shape[:3]))
+        _checks.finite("query_scale", query_scale)
+
+
+def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask, causal, normaliser, sink,
+                  sigmoid_bias, gate, output_rope, layout, impl):
+    _check_qkv(q, k, v)
+    batch, hq, tq, _ = q.shape
+    tk = k.shape[2]
     if scale is not None:
         _checks.number("scale", scale, positive=True)
     _checks.number("temperature", temperature, positive=True)
     logits_shape = (batch, hq, tq, tk)
-    if query_scale is not None:
-        _checks.tensor("query_scale", query_scale, floating=True)
-        _checks.broadcastable_to("query_scale", query_scale, logits_shape[:3])
-        _checks.finite("query_scale", query_scale)
+    _check_query_scale(query_scale, q)
     if bias is not None:
         _checks.tensor("bias", bias, floating=True)
         _checks.broadcastable_to("bias", bias, logits_shape)
-        if bool(torch.isnan(bias).any()) or bool((bias == float("inf")).any()):
-            raise ValueError("bias must not contain NaN or +inf (use mask to hide keys)")
+        _checks.logits("bias", bias)
         if softcap is not None and bool(torch.isinf(bias).any()):
             raise ValueError("bias holds -inf entries and softcap is set: softcap would turn them into -softcap, so "
                              "hidden keys would get weight; hide keys with mask instead")
@@ -85,8 +102,7 @@ def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask,
             raise TypeError(f"mask must be a bool tensor (True = may attend) or a flex_attention BlockMask, "
                             f"got dtype {mask.dtype}")
         _checks.broadcastable_to("mask", mask, logits_shape)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    _checks.flag("causal", causal)
     _checks.choice("normaliser", normaliser, NORMALISERS)
     if normaliser == "sink":
         if sink is None:
@@ -101,11 +117,7 @@ def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask,
         _checks.broadcastable_to("gate", gate, (batch, hq, tq, v.shape[-1]))
     _checks.choice("layout", layout, LAYOUTS)
     if output_rope is not None:
-        if not (isinstance(output_rope, tuple) and len(output_rope) == 2):
-            raise TypeError("output_rope must be a (cos, sin) pair for the query positions, "
-                            f"got {type(output_rope).__name__}")
-        cos, _ = output_rope
-        _checks.tensor("output_rope[0]", cos, ndim_min=2, floating=True)
+        cos, _ = _checks.cos_sin("output_rope", output_rope)
         if cos.shape[-2] != tq or cos.shape[-1] > v.shape[-1]:
             raise ValueError(f"output_rope must be [{tq}, rotary_dim <= {v.shape[-1]}] (query positions), "
                              f"got {tuple(cos.shape)}")
@@ -232,6 +244,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
               return_weights: bool = False, impl: str = "auto"):
     """Attention with every stage of the book as an option.
 
+    Finite q and k whose logits overflow the dtype follow one rule on every path: a row with a logit of +inf
+    gives NaN outputs (with a softmax normaliser; softcap caps such a logit first), as SDPA and flex_attention do,
+    and a row whose logits are all −inf, masked or overflowed, gives a zero row. A dot product that overflows
+    both ways (+inf − inf) is a NaN logit, which SDPA's CPU kernel turns into a zero row where the other paths
+    give NaN.
+
     Args:
         q: [batch, Hq, Tq, d]. Queries are the last Tq of the Tk key positions (Tq < Tk is a decoding step
             against a KV cache).
@@ -260,11 +278,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
 
     Returns:
         out [batch, Hq, Tq, dv] in q's dtype, or (out, weights) with ``return_weights``.
+
+    Raises:
+        ValueError: NaN or ±inf in q, k, v, query_scale or sink; NaN or +inf in bias (−inf there hides a key);
+            shapes that do not fit together.
+        TypeError: q, k or v not floating-point tensors of one dtype; an argument of the wrong type.
     """
     _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask, causal, normaliser, sink,
                   sigmoid_bias, gate, output_rope, layout, impl)
-    if not isinstance(return_weights, bool):
-        raise TypeError(f"return_weights must be a bool, got {type(return_weights).__name__} {return_weights!r}")
+    _checks.flag("return_weights", return_weights)
     scale = (1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)) / temperature
 
     impl = resolved_impl(impl, query_scale=query_scale, softcap=softcap, mask=mask, normaliser=normaliser,
@@ -310,7 +332,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, q
     :func:`attention` checks its arguments and then calls this; so does every caller that validated its
     configuration once, like the experiment model at construction. It reads no tensor's values on the host (no
     ``.item()``, no ``bool(tensor)``), so a compiled model traces it without graph breaks. ``scale`` is the final
-    factor on q·kᵀ (temperature already folded in) and ``impl`` a resolved path (:func:`resolved_impl`).
+    factor on q·kᵀ (temperature already folded in) and ``impl`` a resolved path (:func:`resolved_impl`). NaN and
+    ±inf entries are not refused here: they propagate to the output as :func:`attention` describes for overflow.
     """
     if impl == "reference":
         dense = _combined_mask(mask, causal, q.shape[-2], k.shape[-2], q.device)

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from . import _checks
-from .core import attention
+from .core import attend, resolved_impl
+from .normalisers import _check_logits, _normalised
 from .norms import RMSNorm
 from .rope import apply_rope
 
@@ -49,8 +50,9 @@ class DiffAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, *, layer: int, head_norm: bool = True):
         super().__init__()
-        _checks.number("d_model", d_model, integer=True, positive=True)
-        _checks.number("n_heads", n_heads, integer=True, positive=True)
+        _checks.size("d_model", d_model)
+        _checks.size("n_heads", n_heads)
+        _checks.flag("head_norm", head_norm)
         if d_model % (2 * n_heads):
             raise ValueError(f"d_model must be a multiple of 2·n_heads = {2 * n_heads}, got {d_model}")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // (2 * n_heads)
@@ -61,8 +63,6 @@ class DiffAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
         self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
             nn.Parameter(torch.randn(self.head_dim) * 0.1) for _ in range(4))
-        if not isinstance(head_norm, bool):
-            raise TypeError(f"head_norm must be a bool, got {type(head_norm).__name__} {head_norm!r}")
         self.head_norm = RMSNorm(2 * self.head_dim, eps=1e-5) if head_norm else nn.Identity()
 
     def lam(self) -> torch.Tensor:
@@ -74,12 +74,26 @@ class DiffAttention(nn.Module):
         """Numbers cached per token: K₁ and K₂ (from k_proj) plus V (from v_proj), read off the projections."""
         return self.k_proj.out_features + self.v_proj.out_features
 
-    def _projections(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None):
-        """q and k as two [batch, h, T, d] halves each (stacked on dim 0), v as [batch, h, T, 2d]."""
+    def _projections(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, *, finite: bool = False):
+        """q and k as two [batch, h, T, d] halves each (stacked on dim 0), v as [batch, h, T, 2d]; ``finite``: refuse
+        NaN and ±inf in x (a host read, so not on the model's per-step path)."""
         _checks.tensor("x", x, ndim=3, floating=True)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x.shape[-1] must be d_model={self.d_model}, got {x.shape[-1]}")
+        weight = self.q_proj.weight
+        if x.device != weight.device:
+            raise ValueError(f"x must be on the layer's device {weight.device}, got {_checks._show(x)}")
+        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(f"x must have the layer's dtype {weight.dtype} (or run under torch.autocast; convert the "
+                            f"layer with .to(dtype)), got {_checks._show(x)}")
+        if finite:
+            _checks.finite("x", x)
         batch, t, _ = x.shape
+        if rope is not None:
+            cos, _ = _checks.cos_sin("rope", rope)
+            if cos.shape[-2] != t or cos.shape[-1] > self.head_dim:
+                raise ValueError(f"rope must be (cos, sin) of [T={t}, rotary_dim <= head_dim={self.head_dim}], got "
+                                 f"{tuple(cos.shape)}")
         h, d = self.n_heads, self.head_dim
         q = self.q_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
         k = self.k_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
@@ -88,45 +102,66 @@ class DiffAttention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return q, k, v
 
+    def _halves(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_maps: bool):
+        """A₁V, A₂V and, with ``return_maps``, A₁ and A₂: two causal softmax attentions through the unchecked core,
+        since the layer made q, k and v itself (no host reads on the model's per-step path)."""
+        options = dict(scale=1.0 / math.sqrt(self.head_dim), query_scale=None, bias=None, softcap=None, mask=None,
+                       causal=True, normaliser="softmax", sink=None, sigmoid_bias=None,
+                       impl=resolved_impl("auto", return_weights=return_maps))
+        (out1, a1), (out2, a2) = (attend(q[i], k[i], v, **options) for i in range(2))
+        return out1, out2, a1, a2
+
     def head_rms(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Root mean square of each head's output (A₁ − λA₂)V before the per-head norm, over batch and positions: [h].
 
         These are the "head statistics" the per-head norm equalises (chapter "Differential attention").
         """
-        q, k, v = self._projections(x, rope)
-        heads = attention(q[0], k[0], v, causal=True) - self.lam() * attention(q[1], k[1], v, causal=True)
+        q, k, v = self._projections(x, rope, finite=True)
+        out1, out2, _, _ = self._halves(q, k, v, return_maps=False)
+        heads = out1 - self.lam() * out2
         return heads.square().mean(dim=(0, 2, 3)).sqrt()
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
                 return_maps: bool = False):
-        """x: [batch, T, d_model]; ``rope``: optional (cos, sin) [T, head_dim] applied to every query/key half."""
+        """x: [batch, T, d_model]; ``rope``: optional (cos, sin) [T, head_dim] applied to every query/key half.
+
+        Returns the output [batch, T, d_model], and with ``return_maps`` also the differential map A₁ − λA₂
+        [batch, h, T, T]. The experiment model runs this every step, so it reads no values on the host: NaN and
+        ±inf entries of x propagate to the output.
+        """
+        _checks.flag("return_maps", return_maps)
         q, k, v = self._projections(x, rope)
         batch, t, _ = x.shape
         # (A₁ − λA₂)V = A₁V − λ·A₂V: two ordinary causal attentions over the same values.
         lam = self.lam()
-        if return_maps:
-            out1, a1 = attention(q[0], k[0], v, causal=True, return_weights=True)
-            out2, a2 = attention(q[1], k[1], v, causal=True, return_weights=True)
-        else:
-            out1, out2 = attention(q[0], k[0], v, causal=True), attention(q[1], k[1], v, causal=True)
+        out1, out2, a1, a2 = self._halves(q, k, v, return_maps)
         heads = self.head_norm(out1 - lam * out2) * (1 - self.lambda_init)
         out = self.out_proj(heads.transpose(1, 2).reshape(batch, t, self.d_model))
-        return (out, a1 - lam * a2) if return_maps else out
+        return (out, (a1 - lam * a2).to(q.dtype)) if return_maps else out
 
 
 def differential_weights(scores1: torch.Tensor, scores2: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:
     """softmax(scores1) − λ·softmax(scores2) over the last dimension: the differential attention map.
 
     Each softmax row sums to 1, so each row of the result sums to 1 − λ. Common-mode parts of the two maps cancel
-    to the extent that λ matches their ratio (chapter "Differential attention").
+    to the extent that λ matches their ratio (chapter "Differential attention"). A score of −inf hides a key, as
+    in :func:`posbook.normalisers.normalise`; NaN and +inf scores are refused.
+
+    Args:
+        scores1, scores2: floating tensors of one shape [..., n].
+        lam: a real number, or a finite tensor broadcastable to the scores' shape (such as ``DiffAttention.lam()``).
     """
-    _checks.tensor("scores1", scores1, ndim_min=1, floating=True)
-    _checks.tensor("scores2", scores2, ndim_min=1, floating=True)
+    _check_logits("scores1", scores1)
+    _check_logits("scores2", scores2)
     if scores1.shape != scores2.shape:
         raise ValueError(f"scores2 must have the shape of scores1 {tuple(scores1.shape)}, got {tuple(scores2.shape)}")
-    if not isinstance(lam, torch.Tensor):
+    if isinstance(lam, torch.Tensor):
+        _checks.tensor("lam", lam, floating=True)
+        _checks.broadcastable_to("lam", lam, tuple(scores1.shape))
+        _checks.finite("lam", lam)
+    else:
         _checks.number("lam", lam)
-    return torch.softmax(scores1, dim=-1) - lam * torch.softmax(scores2, dim=-1)
+    return _normalised(scores1, "softmax", None, None) - lam * _normalised(scores2, "softmax", None, None)
 
 
 def needle_to_distractor_ratio(weights: torch.Tensor, needle: int) -> torch.Tensor:
@@ -136,9 +171,11 @@ def needle_to_distractor_ratio(weights: torch.Tensor, needle: int) -> torch.Tens
     Absolute values, because a differential map can put negative weight on distractors.
     """
     _checks.tensor("weights", weights, ndim_min=1, floating=True)
+    _checks.finite("weights", weights)
     n = weights.shape[-1]
-    if isinstance(needle, bool) or not isinstance(needle, int) or not 0 <= needle < n:
-        raise ValueError(f"needle must be an int index in [0, {n}), got {needle!r}")
+    _checks.number("needle", needle, integer=True)
+    if not 0 <= needle < n:
+        raise ValueError(f"needle must be an index in [0, {n}), got {needle!r}")
     if n < 2:
         raise ValueError(f"weights must have at least 2 keys along the last dimension, got {n}")
     mag = weights.abs()

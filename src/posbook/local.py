@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _checks
+from .core import _check_qkv, _check_query_scale
 from .masks import local_size
 
 
@@ -27,27 +28,22 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: 
       positions before it plus itself, W + B keys per query instead of T/2 on average.
 
     q, k, v: [batch, H(q or kv), T, d] with equal T (training or prefill; decoding against a cache uses
-    :func:`posbook.core.attention` with a mask). ``query_scale``: optional per-query factor [T].
+    :func:`posbook.core.attention` with a mask), checked as :func:`posbook.core.attention` checks them (one dtype,
+    one device, no NaN or ±inf entries). ``query_scale``: optional per-query factor broadcastable to
+    [batch, Hq, T], such as [T].
     """
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _checks.tensor(name, x, ndim=4, floating=True)
+    _check_qkv(q, k, v)
+    t = q.shape[-2]
+    if k.shape[-2] != t:
+        raise ValueError(f"local_attention needs q and k of one length (self-attention), got {t} and {k.shape[-2]}")
     _checks.choice("kind", kind, ("sliding", "chunked"))
-    batch, hq, t, d = q.shape
-    if k.shape[-2] != t or v.shape[-2] != t:
-        raise ValueError(f"local_attention needs q, k, v of one length (self-attention), got {t}, {k.shape[-2]}, "
-                         f"{v.shape[-2]}")
-    if hq % k.shape[1]:
-        raise ValueError(f"q has {hq} heads, which is not a multiple of k's {k.shape[1]} heads (grouped-query attention)")
-    scale = 1.0 / math.sqrt(d) if scale is None else _checks.number("scale", scale, positive=True)
-    if query_scale is not None:
-        _checks.tensor("query_scale", query_scale, ndim=1, floating=True)
-        if query_scale.shape[0] != t:
-            raise ValueError(f"query_scale must have one factor per position ({t}), got {tuple(query_scale.shape)}")
-
-    # The size the other kind would use is ignored here (the model passes both), so only this kind's is checked.
-    local_size(kind, window=window if kind == "sliding" else None, chunk_size=chunk_size if kind == "chunked" else None)
-    if block_size is not None:
-        _checks.number("block_size", block_size, integer=True, positive=True)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _checks.number("scale", scale, positive=True)
+    _check_query_scale(query_scale, q)
+    # A window, chunk or block longer than the sequence sees what one of its length sees; capping it at T spares
+    # the kernel padding the keys to its length.
+    size = min(local_size(kind, window=window, chunk_size=chunk_size), t)
+    window, chunk_size = (size, None) if kind == "sliding" else (None, size)
+    block_size = None if block_size is None else min(_checks.size("block_size", block_size), t)
     return local_attend(q, k, v, kind=kind, window=window, chunk_size=chunk_size, scale=scale, block_size=block_size,
                         query_scale=query_scale)
 
@@ -56,11 +52,11 @@ def local_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str
                  chunk_size: int | None, scale: float, block_size: int | None = None,
                  query_scale: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`local_attention` without the argument checks, for callers that checked their configuration once (the
-    experiment model); reads no tensor values on the host."""
+    experiment model); reads no tensor values on the host, so NaN and ±inf entries propagate to the output."""
     batch, hq, t, d = q.shape
     gqa = hq != k.shape[1]
-    if query_scale is not None:
-        q = q * query_scale.to(q.dtype)[:, None]
+    if query_scale is not None:  # a per-row factor on the logits is the same factor on that query
+        q = q * query_scale.to(q.dtype).unsqueeze(-1)
     if kind == "chunked":
         n_chunks = -(-t // chunk_size)
         pad = n_chunks * chunk_size - t

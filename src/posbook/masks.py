@@ -63,7 +63,7 @@ def local_size(kind: str, *, window: int | None, chunk_size: int | None) -> int 
         if name == needed:
             if value is None:
                 raise ValueError(f"kind={kind!r} needs {name}, got None")
-            _checks.number(name, value, integer=True, positive=True)
+            _checks.size(name, value)
         elif value is not None:
             raise ValueError(f"{name} only applies to kind={owners[name]!r}, got {name}={value!r} with kind={kind!r}")
     return None if needed is None else sizes[needed]
@@ -86,10 +86,19 @@ def mask_mod(kind: str, *, window: int | None = None, chunk_size: int | None = N
     return allowed
 
 
+def _query_key_sizes(q_len: int, k_len: int | None) -> tuple[int, int]:
+    """q_len and k_len (default: q_len) checked as :func:`posbook._checks.query_key_lengths` does, and each small
+    enough to be a tensor dimension."""
+    q_len, k_len = _checks.query_key_lengths(q_len, k_len)
+    return _checks.size("q_len", q_len), _checks.size("k_len", k_len)
+
+
 def attention_mask(kind: str, q_len: int, k_len: int | None = None, *, window: int | None = None,
                    chunk_size: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
     """Boolean mask [q_len, k_len], True where query i may attend to key j."""
-    q_len, k_len = _checks.query_key_lengths(q_len, k_len)
+    q_len, k_len = _query_key_sizes(q_len, k_len)
+    if device is not None:
+        _checks.device("device", device)
     rule = mask_mod(kind, window=window, chunk_size=chunk_size, q_offset=k_len - q_len)
     q_idx = torch.arange(q_len, device=device)[:, None]
     kv_idx = torch.arange(k_len, device=device)[None, :]
@@ -105,7 +114,8 @@ def block_mask(kind: str, q_len: int, k_len: int | None = None, *, window: int |
     """
     from torch.nn.attention.flex_attention import create_block_mask
 
-    q_len, k_len = _checks.query_key_lengths(q_len, k_len)
-    _checks.number("block_size", block_size, integer=True, positive=True)
+    q_len, k_len = _query_key_sizes(q_len, k_len)
+    _checks.size("block_size", block_size)
+    _checks.device("device", device)
     rule = mask_mod(kind, window=window, chunk_size=chunk_size, q_offset=k_len - q_len)
     return create_block_mask(rule, B=None, H=None, Q_LEN=q_len, KV_LEN=k_len, device=device, BLOCK_SIZE=block_size)

@@ -30,7 +30,7 @@ def normalise(logits: torch.Tensor, normaliser: str = "softmax", *, sink: Any = 
     to −inf are hidden keys (weight 0); a row that hides every key gets weight 0 everywhere (no NaN).
 
     Args:
-        logits: floating tensor [..., n].
+        logits: floating tensor [..., n] with n ≥ 1; −inf hides a key, NaN and +inf are refused (ValueError).
         normaliser: one of :data:`NORMALISERS`.
         sink: for ``normaliser="sink"``: a real number or a tensor broadcastable to ``logits.shape[:-1]``.
         sigmoid_bias: b for ``normaliser="sigmoid"``; default −log n with n = ``logits.shape[-1]``.
@@ -39,10 +39,8 @@ def normalise(logits: torch.Tensor, normaliser: str = "softmax", *, sink: Any = 
         weights of the shape of ``logits``. Equal to ``attention(..., return_weights=True)``'s weights for the
         same logits (the test suite checks it).
     """
-    _checks.tensor("logits", logits, ndim_min=1, floating=True)
+    _check_logits("logits", logits)
     _checks.choice("normaliser", normaliser, NORMALISERS)
-    if bool(torch.isnan(logits).any()) or bool((logits == float("inf")).any()):
-        raise ValueError("logits must not contain NaN or +inf (−inf hides a key)")
     if normaliser == "sink":
         if sink is None:
             raise ValueError("normaliser='sink' needs sink (a number or a tensor of sink logits), got None")
@@ -56,6 +54,14 @@ def normalise(logits: torch.Tensor, normaliser: str = "softmax", *, sink: Any = 
     _check_normaliser_extras(normaliser, sink, sigmoid_bias)
 
     return _normalised(logits, normaliser, sink, sigmoid_bias)
+
+
+def _check_logits(name: str, logits: Any) -> None:
+    """Rows of logits to normalise: at least one key each, −inf for a hidden key, no NaN or +inf."""
+    _checks.tensor(name, logits, ndim_min=1, floating=True)
+    if logits.shape[-1] == 0:
+        raise ValueError(f"{name} must hold at least one key in its last dimension, got shape {tuple(logits.shape)}")
+    _checks.logits(name, logits)
 
 
 def _check_normaliser_extras(normaliser: str, sink: Any, sigmoid_bias: float | None) -> None:
@@ -73,7 +79,8 @@ def _softmax_and_lse(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # Shift by the row max, not by the logsumexp: exp(s − lse) would carry lse's rounding (an ulp of a large lse)
     # into every weight, so a softmax row would miss 1 by more than a few ulps.
     row_max = logits.amax(dim=-1, keepdim=True)
-    empty = torch.isinf(row_max)  # every key hidden
+    # Only −inf means every key hidden: a +inf logit (an overflow) makes the row NaN, as in SDPA and flex_attention.
+    empty = row_max == float("-inf")
     e = torch.exp(logits - torch.where(empty, 0.0, row_max))
     total = e.sum(dim=-1, keepdim=True)
     p = torch.where(empty, 0.0, e / torch.where(empty, 1.0, total))

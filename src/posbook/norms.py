@@ -23,12 +23,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, *, eps: float 
     start at 0, so weight decay pulls the gain towards 1 instead of towards 0). The statistics are computed in
     float32 (or float64 for float64 input). The two families round differently in bf16, and each is followed:
     plain RMSNorm casts the normalised x back to x's dtype and then multiplies by the gain (Llama, Qwen3);
-    zero-centred RMSNorm multiplies by 1 + weight in float32 and casts last (Gemma).
+    zero-centred RMSNorm multiplies by 1 + weight in float32 and casts last (Gemma). It runs in every layer of a
+    model at every step, so it reads no values on the host: NaN and ±inf entries of x or weight propagate to the
+    output.
     """
     _checks.tensor("x", x, ndim_min=1, floating=True)
     _checks.number("eps", eps, positive=True)
-    if not isinstance(zero_centred, bool):
-        raise TypeError(f"zero_centred must be a bool, got {type(zero_centred).__name__} {zero_centred!r}")
+    _checks.flag("zero_centred", zero_centred)
     if weight is not None:
         _checks.tensor("weight", weight, ndim=1, floating=True)
         if weight.shape[0] != x.shape[-1]:
@@ -50,11 +51,14 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim: int, *, eps: float = 1e-6, zero_centred: bool = False):
         super().__init__()
-        _checks.number("dim", dim, integer=True, positive=True)
+        _checks.size("dim", dim)
+        _checks.number("eps", eps, positive=True)
+        _checks.flag("zero_centred", zero_centred)
         self.eps, self.zero_centred = eps, zero_centred
         self.weight = nn.Parameter(torch.zeros(dim) if zero_centred else torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """:func:`rms_norm` of x [..., dim] with this gain; NaN and ±inf entries propagate to the output."""
         return rms_norm(x, self.weight, eps=self.eps, zero_centred=self.zero_centred)
 
 
@@ -67,10 +71,17 @@ class QKNorm(nn.Module):
 
     def __init__(self, head_dim: int, *, eps: float = 1e-6, zero_centred: bool = False):
         super().__init__()
+        _checks.size("head_dim", head_dim)
         self.q_norm = RMSNorm(head_dim, eps=eps, zero_centred=zero_centred)
         self.k_norm = RMSNorm(head_dim, eps=eps, zero_centred=zero_centred)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k [..., head_dim], each RMS-normalised with its gain; NaN and ±inf entries propagate to the output."""
+        head_dim = self.q_norm.weight.shape[0]
+        for name, x in (("q", q), ("k", k)):
+            _checks.tensor(name, x, ndim_min=1, floating=True)
+            if x.shape[-1] != head_dim:
+                raise ValueError(f"{name}.shape[-1] must be head_dim={head_dim}, got {tuple(x.shape)}")
         return self.q_norm(q), self.k_norm(k)
 
 
@@ -101,7 +112,7 @@ def qk_norm_logit_bound(head_dim: int, *, q_gain: torch.Tensor | None = None, k_
         _checks.finite(name, gain)
         if gain.shape[0] != head_dim:
             raise ValueError(f"{name} must have head_dim={head_dim} entries, got {gain.shape[0]}")
-        peaks.append(float(gain.abs().max()))
+        peaks.append(float(gain.detach().abs().max()))
     if scale is None:
         scale = head_dim ** -0.5
     _checks.number("scale", scale, positive=True)
