@@ -395,7 +395,8 @@ SPECIMENS: dict[str, Specimen] = {
                                                           rope_fraction=0.5, qk_norm="all", attn_temperature=1.0)),
     "posbook.experiments.model.GPTConfig.layer_ropes": method(lambda: model_lib.GPTConfig(pattern="RN", **TINY_GPT)),
     "posbook.experiments.model.GPTConfig.to_dict": method(lambda: model_lib.GPTConfig(pattern="RN", **TINY_GPT)),
-    "posbook.experiments.model.sinusoidal_positions": S(lambda: dict(n_positions=8, dim=6)),
+    # dim is the table's width here, not a dimension index
+    "posbook.experiments.model.sinusoidal_positions": S(lambda: dict(n_positions=8, dim=6), dim="positive int"),
     "posbook.experiments.model.Attention": S(lambda: dict(config=model_lib.GPTConfig(pattern="R", **TINY_GPT),
                                                           code="R", rope={"rope_type": "default", "rope_theta": 100.0,
                                                                           "head_dim": 8})),
@@ -403,7 +404,7 @@ SPECIMENS: dict[str, Specimen] = {
                                                           lambda: dict(x=rand(2, 5, 32))),
     "posbook.experiments.model.DifferentialLayer": S(lambda: dict(
         config=model_lib.GPTConfig(pattern="D", **TINY_GPT), layer=1,
-        rope={"rope_type": "default", "rope_theta": 100.0, "head_dim": 4})),
+        rope={"rope_type": "default", "rope_theta": 100.0, "head_dim": 8})),
     "posbook.experiments.model.DifferentialLayer.rope": method(lambda: tiny_gpt("DN").blocks[0].attn,
                                                                lambda: dict(t=5)),
     "posbook.experiments.model.DifferentialLayer.head_rms": method(lambda: tiny_gpt("DN").blocks[0].attn,
@@ -413,7 +414,7 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.experiments.model.MLP": S(lambda: dict(config=model_lib.GPTConfig(**TINY_GPT))),
     "posbook.experiments.model.MLP.forward": method(lambda: tiny_gpt().blocks[0].mlp, lambda: dict(x=rand(2, 5, 32))),
     "posbook.experiments.model.Block": S(lambda: dict(config=model_lib.GPTConfig(pattern="N", **TINY_GPT), code="N",
-                                                      layer=0, rope=None)),
+                                                      layer=1, rope=None)),
     "posbook.experiments.model.Block.forward": method(lambda: tiny_gpt().blocks[0], lambda: dict(x=rand(2, 5, 32))),
     "posbook.experiments.model.GPT": S(lambda: dict(config=model_lib.GPTConfig(pattern="RN", **TINY_GPT))),
     "posbook.experiments.model.GPT.forward": method(tiny_gpt, lambda: dict(

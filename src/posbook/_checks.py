@@ -261,3 +261,13 @@ def cos_sin(name: str, value: Any) -> tuple[torch.Tensor, torch.Tensor]:
     if cos.shape != sin.shape:
         raise ValueError(f"{name} must hold cos and sin of one shape, got {tuple(cos.shape)} and {tuple(sin.shape)}")
     return cos, sin
+
+
+def instance(name: str, value: Any, kind: type, *, optional: bool = False) -> Any:
+    """An instance of ``kind`` (a config dataclass, a model class): a dict or another object is refused by name."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}{' or None' if optional else ''}, got "
+                        f"{type(value).__name__} {_show(value)}")
+    return value

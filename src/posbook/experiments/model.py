@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,9 @@ from ..masks import attention_mask
 from ..norms import RMSNorm
 from ..rope import _apply_rope_reference, rope_cos_sin
 from ..scaling import rope_parameters, rope_spec
+
+
+LAYER_MASKS = ("causal", "sliding", "chunked")     # the mask kinds a layer of this model attends with
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,15 @@ class LayerKind:
     bias: Callable[["GPTConfig"], nn.Module] | None = None
     differential: bool = False
     position_free: bool = False
+
+    def __post_init__(self):
+        _checks.text("summary", self.summary)
+        _checks.choice("mask", self.mask, LAYER_MASKS)
+        for name in ("rope", "bias"):
+            if getattr(self, name) is not None:
+                _checks.function(name, getattr(self, name))
+        _checks.flag("differential", self.differential)
+        _checks.flag("position_free", self.position_free)
 
 
 def _rope(config: "GPTConfig") -> dict:
@@ -147,24 +160,30 @@ class GPTConfig:
     layer_codes: list[str] = field(init=False)
 
     def __post_init__(self):
+        # Sizes become tensor dimensions or loop counts (n_layer builds that many blocks): 2**40 is refused here.
         for name in ("vocab_size", "n_layer", "n_head", "n_embd", "mlp_ratio", "max_seq_len", "window", "chunk_size",
                      "t5_num_buckets", "t5_max_distance"):
-            _checks.number(name, getattr(self, name), integer=True, positive=True)
+            _checks.size(name, getattr(self, name))
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
         if (self.n_embd // self.n_head) % 2:
             raise ValueError(f"head_dim = n_embd/n_head = {self.n_embd // self.n_head} must be even for RoPE")
         kv = self.n_head if self.n_kv_head is None else self.n_kv_head
-        _checks.number("n_kv_head", kv, integer=True, positive=True)
+        _checks.size("n_kv_head", kv)
         if self.n_head % kv:
             raise ValueError(f"n_head={self.n_head} must be a multiple of n_kv_head={kv}")
-        if not isinstance(self.pattern, str) or not self.pattern:
-            raise ValueError(f"pattern must be a non-empty string of layer codes {sorted(LAYER_CODES)}, "
-                             f"got {self.pattern!r}")
+        _checks.text("pattern", self.pattern)
         unknown = sorted(set(self.pattern) - set(LAYER_CODES))
         if unknown:
             raise ValueError(f"pattern {self.pattern!r} has unknown layer code(s) {unknown}; known: "
                              + ", ".join(f"{c} = {kind.summary}" for c, kind in LAYER_CODES.items()))
+        for name in ("tie_embeddings", "sinks", "diff_head_norm"):
+            _checks.flag(name, getattr(self, name))
+        _checks.choice("absolute_positions", self.absolute_positions, ABSOLUTE_POSITIONS)
+        _checks.choice("qk_norm", self.qk_norm, QK_NORM_MODES)
+        _checks.choice("logit_scaling", self.logit_scaling, LOGIT_SCALINGS)
+        if self.softcap is not None:
+            _checks.number("softcap", self.softcap, positive=True)
         if "D" in self.pattern:
             if self.n_head % 2:
                 raise ValueError(f"layer code D splits the n_head={self.n_head} heads into n_head/2 differential "
@@ -173,14 +192,6 @@ class GPTConfig:
                 raise ValueError("layer code D (differential attention) has no sinks, softcap, QK-Norm or grouped-"
                                  f"query heads in this model; got sinks={self.sinks}, softcap={self.softcap}, "
                                  f"qk_norm={self.qk_norm!r}, n_kv_head={self.n_kv_head}")
-        if not isinstance(self.diff_head_norm, bool):
-            raise TypeError(f"diff_head_norm must be a bool, got {type(self.diff_head_norm).__name__} "
-                            f"{self.diff_head_norm!r}")
-        if not isinstance(self.sinks, bool):
-            raise TypeError(f"sinks must be a bool, got {type(self.sinks).__name__} {self.sinks!r}")
-        _checks.choice("absolute_positions", self.absolute_positions, ABSOLUTE_POSITIONS)
-        _checks.choice("qk_norm", self.qk_norm, QK_NORM_MODES)
-        _checks.choice("logit_scaling", self.logit_scaling, LOGIT_SCALINGS)
         scaling = LOGIT_SCALINGS[self.logit_scaling]
         if scaling is not None:
             scaling(torch.zeros(1), self)      # the scale's own checks of its options (swan_a, llama4_*), once, here
@@ -188,8 +199,6 @@ class GPTConfig:
         _checks.number("rope_fraction", self.rope_fraction, positive=True)
         if self.rope_fraction > 1:
             raise ValueError(f"rope_fraction must be in (0, 1], got {self.rope_fraction}")
-        if self.softcap is not None:
-            _checks.number("softcap", self.softcap, positive=True)
         _checks.number("attn_temperature", self.attn_temperature, positive=True)
         _checks.number("constant_logit_scale", self.constant_logit_scale, positive=True)
         self.layer_codes = [self.pattern[i % len(self.pattern)] for i in range(self.n_layer)]
@@ -216,16 +225,13 @@ class GPTConfig:
             if override is None:
                 out.append(LAYER_CODES[code].rope(self) if turns else None)
                 continue
+            name = "rope" if isinstance(self.rope, dict) else f"rope[{layer}]"
             if not isinstance(override, dict):
-                raise TypeError(f"rope[{layer}] must be a dict or None, got {type(override).__name__} {override!r}")
+                raise TypeError(f"{name} must be a dict or None, got {type(override).__name__} {override!r}")
             if not turns:
-                raise ValueError(f"rope[{layer}] is given for layer {layer}, code {code!r} "
+                raise ValueError(f"{name} is given for layer {layer}, code {code!r} "
                                  f"({LAYER_CODES[code].summary}), which does not rotate q and k")
-            head_dim = rope_spec(override).head_dim
-            if head_dim != self.head_dim:
-                raise ValueError(f"rope[{layer}] is for head_dim={head_dim}; this model's head_dim is {self.head_dim}")
-            rope_parameters(override)     # every other check of the dict, here rather than at the first forward
-            out.append(override)
+            out.append(_checked_rope(name, override, self.head_dim))
         return out
 
     def to_dict(self) -> dict:
@@ -234,8 +240,47 @@ class GPTConfig:
         return out
 
 
+def _checked_rope(name: str, rope: Any, head_dim: int) -> dict:
+    """A rope config dict for layers of ``head_dim``, checked here (every check of
+    :func:`posbook.scaling.rope_parameters`, with ``name`` in the message) rather than at the first forward."""
+    _checks.mapping(name, rope)
+    try:
+        spec = rope_spec(rope)
+        rope_parameters(rope)
+    except (ValueError, TypeError) as error:
+        raise (ValueError if isinstance(error, ValueError) else TypeError)(f"{name}: {error}") from None
+    if spec.head_dim != head_dim:
+        raise ValueError(f"{name} is for head_dim={spec.head_dim}; this model's head_dim is {head_dim}")
+    return rope
+
+
+def _check_hidden(x: Any, layer: nn.Module, n_embd: int, max_seq_len: int | None = None) -> None:
+    """x: [batch, T, n_embd] in the layer's dtype (any floating dtype under autocast), T in 1..max_seq_len.
+    Shapes and dtypes only: nothing here reads a tensor value on the host."""
+    _checks.tensor("x", x, ndim=3, floating=True)
+    batch, t, width = x.shape
+    if width != n_embd:
+        raise ValueError(f"x must have n_embd={n_embd} features in its last dimension, got shape {tuple(x.shape)}")
+    if not batch or not t:
+        raise ValueError(f"x must hold at least one sequence of at least one position, got shape {tuple(x.shape)}")
+    if max_seq_len is not None and t > max_seq_len:
+        raise ValueError(f"x has {t} positions, more than max_seq_len={max_seq_len}")
+    dtype = next(layer.parameters()).dtype
+    if x.dtype != dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(f"x must have the layer's dtype {dtype} (or run under torch.autocast), got {x.dtype}")
+
+
 def sinusoidal_positions(n_positions: int, dim: int) -> torch.Tensor:
-    """The fixed absolute embeddings of Vaswani et al. (2017): sin and cos of position·10000^(−2i/dim)."""
+    """The fixed absolute embeddings of Vaswani et al. (2017): sin and cos of position·10000^(−2i/dim).
+
+    Args:
+        n_positions: rows of the table, ≥ 1.
+        dim: its width (the embedding width), even and ≥ 2: one sin and one cos column per frequency.
+    """
+    _checks.size("n_positions", n_positions)
+    _checks.size("dim", dim, min_value=2)
+    if dim % 2:
+        raise ValueError(f"dim must be even (a sin and a cos column per frequency), got {dim}")
     inv = 10_000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
     angles = torch.arange(n_positions, dtype=torch.float64)[:, None] * inv[None, :]
     table = torch.zeros(n_positions, dim, dtype=torch.float64)
@@ -261,7 +306,17 @@ class Attention(nn.Module):
 
     def __init__(self, config: GPTConfig, code: str, rope: dict | None):
         super().__init__()
-        self.code, self.config, kind = code, config, LAYER_CODES[code]
+        _checks.instance("config", config, GPTConfig)
+        _checks.choice("code", code, LAYER_CODES)
+        kind = LAYER_CODES[code]
+        if kind.differential:
+            raise ValueError(f"code {code!r} ({kind.summary}) is a DifferentialLayer, not an Attention layer")
+        if kind.rope is None and rope is not None:
+            raise ValueError(f"rope must be None for code {code!r} ({kind.summary}), which does not rotate q and k, "
+                             f"got {rope!r}")
+        if kind.rope is not None:
+            _checked_rope("rope", rope, config.head_dim)
+        self.code, self.config = code, config
         h, kv, d = config.n_head, config.n_kv_head or config.n_head, config.head_dim
         self.n_head, self.n_kv_head, self.head_dim = h, kv, d
         self.q_proj = nn.Linear(config.n_embd, h * d, bias=False)
@@ -297,8 +352,11 @@ class Attention(nn.Module):
         self.recorder: list | None = None    # set by GPT.recording_attention
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, t, _ = x.shape
+        """x: [batch, T, n_embd] → [batch, T, n_embd]. NaN and ±inf entries of x propagate to the output: a check
+        would read x on the host at every step of training."""
         config = self.config
+        _check_hidden(x, self, config.n_embd, config.max_seq_len)
+        batch, t, _ = x.shape
         q = self.q_proj(x).view(batch, t, self.n_head, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(batch, t, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(batch, t, self.n_kv_head, self.head_dim).transpose(1, 2)
@@ -339,6 +397,12 @@ class DifferentialLayer(nn.Module):
 
     def __init__(self, config: GPTConfig, layer: int, rope: dict):
         super().__init__()
+        _checks.instance("config", config, GPTConfig)
+        if "D" not in config.pattern:
+            # GPTConfig checks what code D needs (an even n_head; no sinks, softcap, QK-Norm or grouped queries).
+            raise ValueError(f"config.pattern must hold layer code D for a DifferentialLayer, got {config.pattern!r}")
+        _checks.size("layer", layer)
+        _checked_rope("rope", rope, config.head_dim)
         if _is_dynamic(rope):
             raise ValueError("layer code D (differential attention) takes no dynamic rope type in this model")
         self.attn = DiffAttention(config.n_embd, config.n_head // 2, layer=layer, head_norm=config.diff_head_norm)
@@ -346,15 +410,26 @@ class DifferentialLayer(nn.Module):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         self.recorder: list | None = None
+        self.n_embd, self.max_seq_len = config.n_embd, config.max_seq_len
 
     def rope(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (cos, sin) tables of the first ``t`` positions, t in 1..max_seq_len."""
+        _checks.size("t", t)
+        if t > self.max_seq_len:
+            raise ValueError(f"t must be at most max_seq_len={self.max_seq_len}, got {t}")
         return self.cos[:t], self.sin[:t]
 
     def head_rms(self, x: torch.Tensor) -> torch.Tensor:
-        """Root mean square of each differential head's output before its norm: [n_head/2]."""
+        """Root mean square of each differential head's output before its norm: [n_head/2]. x: [batch, T, n_embd],
+        finite."""
+        _check_hidden(x, self, self.n_embd, self.max_seq_len)
+        _checks.finite("x", x)
         return self.attn.head_rms(x, self.rope(x.shape[1]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [batch, T, n_embd] → [batch, T, n_embd]. NaN and ±inf entries of x propagate to the output: a check
+        would read x on the host at every step of training."""
+        _check_hidden(x, self, self.n_embd, self.max_seq_len)
         if self.recorder is not None:
             raise ValueError("a differential layer (code D) has two attention maps and no single attention call to "
                              "record; use posbook.DiffAttention(..., return_maps=True) on its input instead")
@@ -362,12 +437,19 @@ class DifferentialLayer(nn.Module):
 
 
 class MLP(nn.Module):
+    """The feed-forward half of a block: n_embd → mlp_ratio·n_embd → GELU → n_embd."""
+
     def __init__(self, config: GPTConfig):
         super().__init__()
+        _checks.instance("config", config, GPTConfig)
+        self.n_embd = config.n_embd
         self.up = nn.Linear(config.n_embd, config.mlp_ratio * config.n_embd, bias=False)
         self.down = nn.Linear(config.mlp_ratio * config.n_embd, config.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [batch, T, n_embd] → [batch, T, n_embd]. NaN and ±inf entries of x propagate to the output: a check
+        would read x on the host at every step of training."""
+        _check_hidden(x, self, self.n_embd)
         return self.down(F.gelu(self.up(x)))
 
 
@@ -376,12 +458,19 @@ class Block(nn.Module):
 
     def __init__(self, config: GPTConfig, code: str, layer: int, rope: dict | None):
         super().__init__()
+        _checks.instance("config", config, GPTConfig)
+        _checks.choice("code", code, LAYER_CODES)
+        _checks.size("layer", layer)
+        self.n_embd, self.max_seq_len = config.n_embd, config.max_seq_len
         self.attn_norm, self.mlp_norm = RMSNorm(config.n_embd), RMSNorm(config.n_embd)
         differential = LAYER_CODES[code].differential
         self.attn = DifferentialLayer(config, layer, rope) if differential else Attention(config, code, rope)
         self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [batch, T, n_embd] → [batch, T, n_embd]. NaN and ±inf entries of x propagate to the output: a check
+        would read x on the host at every step of training."""
+        _check_hidden(x, self, self.n_embd, self.max_seq_len)
         x = x + self.attn(self.attn_norm(x))
         return x + self.mlp(self.mlp_norm(x))
 
@@ -391,6 +480,7 @@ class GPT(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
+        _checks.instance("config", config, GPTConfig)
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.n_embd)
         if config.absolute_positions == "learned":
@@ -413,11 +503,20 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, std=0.02)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx: [batch, T] token ids → logits [batch, T, vocab_size] (float32)."""
-        _checks.tensor("idx", idx, ndim=2)
-        t = idx.shape[1]
+        """idx: [batch, T] token ids → logits [batch, T, vocab_size] (float32).
+
+        ``idx`` is an integer tensor with 1 ≤ T ≤ max_seq_len; a narrower integer dtype than int32 (the corpus's
+        uint8 bytes) is taken as int64. The ids must lie in 0 … vocab_size − 1, which forward does not check: that
+        would read idx on the host at every training step (and stop a compiled model's graph). An id out of range
+        fails inside the embedding lookup; the probes and evaluation helpers check their ids first."""
+        _checks.tensor("idx", idx, ndim=2, integer=True)
+        batch, t = idx.shape
+        if not batch or not t:
+            raise ValueError(f"idx must hold at least one sequence of at least one token, got shape {tuple(idx.shape)}")
         if t > self.config.max_seq_len:
-            raise ValueError(f"sequence length {t} exceeds max_seq_len={self.config.max_seq_len}")
+            raise ValueError(f"idx has {t} positions, more than max_seq_len={self.config.max_seq_len}")
+        if idx.dtype not in (torch.int64, torch.int32):
+            idx = idx.long()         # nn.Embedding takes int64 and int32 ids only
         x = self.embed(idx)
         if self.config.absolute_positions == "learned":
             x = x + self.positions(torch.arange(t, device=idx.device))
@@ -449,7 +548,7 @@ class GPT(nn.Module):
     def with_rope(self, rope: dict | list | None) -> "GPT":
         """The same trained weights under other rope configs (a ``GPTConfig.rope`` value): a new model, for
         context extension at evaluation time. The rotary tables are not weights, so every weight carries over."""
-        config = GPTConfig(**{**self.config.to_dict(), "rope": rope})
+        config = GPTConfig(**{**self.config.to_dict(), "rope": rope})     # checks rope
         model = GPT(config).to(self.embed.weight.device)
         model.load_state_dict(self.state_dict())
         return model.train(self.training)
@@ -459,6 +558,7 @@ class GPT(nn.Module):
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token: 6·(non-embedding parameters) + the attention scores (nanochat's estimate)."""
+        _checks.size("seq_len", seq_len)
         n = sum(p.numel() for name, p in self.named_parameters() if "embed" not in name and "positions" not in name)
         c = self.config
         return 6 * n + 12 * c.n_layer * c.n_head * c.head_dim * seq_len
