@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .. import _checks
+from .model import GPT
 from .trainer import TrainConfig, evaluate, load_model, text_by_position, train
 
 RECORDS = Path(__file__).resolve().parent / "records"
@@ -45,7 +46,7 @@ HISTORY_POINTS = 60          # training-loss points kept per run (every evaluati
 
 def run_id(run: TrainConfig) -> str:
     """A short hash of everything in the resolved run that decides its results."""
-    values = asdict(run.resolved())
+    values = asdict(_checks.instance("run", run, TrainConfig).resolved())
     for name in _NOT_RESULTS:
         values.pop(name)
     # Options added after a grid was recorded default to None and leave the ids of the runs that do not use them.
@@ -64,7 +65,12 @@ def run_id(run: TrainConfig) -> str:
 def summarise(results: dict[str, Any]) -> dict[str, Any]:
     """What a record keeps of one run's results: everything but the full per-step history, which is thinned to
     about HISTORY_POINTS training-loss points plus every evaluation."""
-    history = results["history"]
+    _checks.mapping("results", results)
+    history = results.get("history")
+    if not isinstance(history, list) or not history or not all(
+            isinstance(h, dict) and isinstance(h.get("step"), int) for h in history):
+        raise ValueError("results must be what train() returns: a dict whose 'history' is a non-empty list of "
+                         f"per-step dicts, got keys {sorted(results)}")
     # A round stride (1, 2, 5, 10, 20, 50, ...), so that round steps such as 100 are kept (see reproduce_prefix).
     every = next(stride * scale for scale in (10 ** k for k in range(12)) for stride in (1, 2, 5)
                  if stride * scale * HISTORY_POINTS >= len(history))
@@ -102,7 +108,13 @@ def train_many(runs: list[TrainConfig], jobs: int = 1, weights: list[Path | None
                ) -> Iterator[dict[str, Any]]:
     """Train runs (one process per job, one thread each) and yield their summaries in order; ``weights`` gives,
     per run, where to write its trained weights (None: nowhere)."""
-    _checks.number("jobs", jobs, integer=True, positive=True)
+    _check_run_list(runs)
+    _checks.size("jobs", jobs)
+    if weights is not None:
+        if not isinstance(weights, (list, tuple)) or len(weights) != len(runs):
+            raise ValueError(f"weights must be None or a list of {len(runs)} paths or None (one per run), got "
+                             f"{weights!r}")
+        weights = [None if path is None else _checks.path(f"weights[{i}]", path) for i, path in enumerate(weights)]
     job_list = list(zip(runs, weights or [None] * len(runs)))
     if jobs == 1 or len(runs) < 2:
         for job in job_list:
@@ -115,6 +127,8 @@ def train_many(runs: list[TrainConfig], jobs: int = 1, weights: list[Path | None
 def weights_path(grid: str, label: str) -> Path:
     """Where the shipped weights of a recorded run live: ``records/weights/<grid>/<label>.pt``, with the label's
     slashes as ``__`` (``"RoPE/0"`` → ``RoPE__0.pt``)."""
+    _checks.choice("grid", grid, sorted(GRIDS))
+    _checks.text("label", label)
     return RECORDS / "weights" / grid / (label.replace("/", "__").replace(" ", "_") + ".pt")
 
 
@@ -125,6 +139,10 @@ def load_weights(grid: str, label: str, runs: dict[str, TrainConfig] | None = No
     With ``runs`` (the grid's current runs), the weights must have been trained for the run's current
     configuration; otherwise a stale file would be probed as if it were the recorded run."""
     _checks.choice("grid", grid, sorted(GRIDS))
+    _checks.text("label", label)
+    if runs is not None:
+        _check_runs(runs)
+    device = _checks.device("device", device)
     if label not in GRID_WEIGHTS.get(grid, ()):
         raise ValueError(f"label {label!r} of grid {grid!r} ships no weights; those that do: "
                          f"{sorted(GRID_WEIGHTS.get(grid, ()))}")
@@ -139,6 +157,8 @@ def load_weights(grid: str, label: str, runs: dict[str, TrainConfig] | None = No
 
 
 def record_path(grid: str) -> Path:
+    """Where a grid's record lives: ``records/<grid>.json``."""
+    _checks.choice("grid", grid, sorted(GRIDS))
     return RECORDS / f"{grid}.json"
 
 
@@ -151,6 +171,7 @@ def load_record(grid: str) -> dict[str, dict[str, Any]]:
 def stale_labels(grid: str, runs: dict[str, TrainConfig]) -> list[str]:
     """Labels of the grid whose record is missing or was made for another configuration."""
     record = load_record(grid)
+    _check_runs(runs)
     shipped = GRID_WEIGHTS.get(grid, set())
     return [label for label, run in runs.items() if record.get(label, {}).get("id") != run_id(run)
             or (label in shipped and not weights_path(grid, label).exists())]
@@ -164,9 +185,10 @@ def run_grid(grid: str, runs: dict[str, TrainConfig], *, retrain: bool = False, 
     line does this; a chapter does not write into the installed package).
     """
     _checks.choice("grid", grid, sorted(GRIDS))
-    _checks.number("jobs", jobs, integer=True, positive=True)
-    if not isinstance(runs, dict) or not runs:
-        raise ValueError(f"runs must be a non-empty dict of label -> TrainConfig, got {type(runs).__name__}")
+    _check_runs(runs)
+    _checks.flag("retrain", retrain)         # before any work: retrain=1 would otherwise train the whole grid
+    _checks.size("jobs", jobs)
+    _checks.flag("save", save)
     record = load_record(grid)
     todo = list(runs) if retrain else stale_labels(grid, runs)
     shipped = GRID_WEIGHTS.get(grid, set())
@@ -176,6 +198,25 @@ def run_grid(grid: str, runs: dict[str, TrainConfig], *, retrain: bool = False, 
         if save:        # after every run, so that an interrupted sweep keeps what it has done
             _write_record(grid, record, order=list(runs))
     return {label: record[label] for label in runs}
+
+
+def _check_runs(runs: Any) -> dict[str, TrainConfig]:
+    """The ``runs`` argument: a non-empty dict of label -> TrainConfig."""
+    if not isinstance(runs, dict) or not runs:
+        raise ValueError(f"runs must be a non-empty dict of label -> TrainConfig, got {type(runs).__name__}")
+    for label, run in runs.items():
+        _checks.text("runs label", label)
+        _checks.instance(f"runs[{label!r}]", run, TrainConfig)
+    return runs
+
+
+def _check_run_list(runs: Any) -> list[TrainConfig]:
+    """The ``runs`` argument of train_many: a list of TrainConfig."""
+    if not isinstance(runs, (list, tuple)):
+        raise TypeError(f"runs must be a list of TrainConfig, got {type(runs).__name__} {runs!r}")
+    for i, run in enumerate(runs):
+        _checks.instance(f"runs[{i}]", run, TrainConfig)
+    return list(runs)
 
 
 def _write_record(grid: str, record: dict[str, dict[str, Any]], order: list[str]) -> None:
@@ -205,6 +246,9 @@ def reproduce_prefix(grid: str, runs: dict[str, TrainConfig], label: str, steps:
     ``fresh`` (training loss at ``steps``), ``abs_diff``, ``identical`` and the ``seconds`` it took.
     """
     record = load_record(grid)
+    _check_runs(runs)
+    _checks.text("label", label)
+    _checks.size("steps", steps)
     _check_recorded(grid, record, runs, label)
     kept = {h["step"]: h for h in record[label]["history"]}
     if steps not in kept:
@@ -224,7 +268,9 @@ def reevaluate(model, run: TrainConfig, recorded: dict[str, Any], val: torch.Ten
     for text runs (which need ``val``), loss and bits per byte at every length over non-overlapping windows, the
     sliding-window protocol being left out as the costly part. Shipped weights re-evaluated give their record's
     numbers: a check that the weights are the recorded run's."""
-    run = run.resolved()
+    _checks.instance("model", model, GPT)
+    run = _checks.instance("run", run, TrainConfig).resolved()
+    old = flat_metrics(_checks.mapping("recorded", recorded))
     cpu = torch.device("cpu")
     with torch.no_grad():
         if run.task == "text":
@@ -234,7 +280,7 @@ def reevaluate(model, run: TrainConfig, recorded: dict[str, Any], val: torch.Ten
         else:
             again = evaluate(model, run, None, cpu)
     model.eval()                     # evaluate leaves a model in training mode
-    fresh, old = flat_metrics(again), flat_metrics(recorded)
+    fresh = flat_metrics(again)
     shared = [key for key in fresh if key in old]
     if not shared:
         raise ValueError(f"recorded holds none of the metrics {sorted(fresh)}; pass a record's 'final' dict")
@@ -245,13 +291,13 @@ def flat_metrics(final: dict[str, Any]) -> dict[str, float]:
     """A run's final metrics as one flat dict: nested ones (accuracy per size, bits per byte per length) become
     ``"accuracy_by_size/8"`` and the like. Curves (lists, such as bits per byte by position) are left out."""
     flat = {}
-    for key, value in final.items():
+    for key, value in _checks.mapping("final", final).items():
         if isinstance(value, list):
             continue
         if isinstance(value, dict):
-            flat.update({f"{key}/{k}": float(v) for k, v in value.items()})
+            flat.update({f"{key}/{k}": float(_checks.number(f"final[{key!r}][{k!r}]", v)) for k, v in value.items()})
         else:
-            flat[key] = float(value)
+            flat[key] = float(_checks.number(f"final[{key!r}]", value))
     return flat
 
 
@@ -379,6 +425,7 @@ EXTRAPOLATION_SCHEMES: dict[str, dict[str, Any]] = {
 
 def extrapolation_run(model: dict[str, Any], seed: int) -> TrainConfig:
     """One run of the extrapolation grid: the shared training and evaluation protocol with a model's fields."""
+    _checks.mapping("model", model)
     t = EXTRAPOLATION_T
     return TrainConfig(task="text", preset="cpu", model=dict(model), seed=seed, seq_len=t, batch_size=32,
                        steps=800, warmup=40, eval_every=800, eval_batches=8, corpus_bytes=6_000_000,

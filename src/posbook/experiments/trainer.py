@@ -28,7 +28,7 @@ from .. import _checks
 from ..device import default_device
 from . import corpus as corpus_lib
 from . import tasks as tasks_lib
-from .model import GPT, GPTConfig
+from .model import GPT, GPTConfig, _token_ids
 
 TASK_NAMES = ("text",) + tasks_lib.TASKS
 
@@ -56,6 +56,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "full": dict(model=dict(n_layer=12, n_embd=768, n_head=12), steps=10000, batch_size=256, seq_len=1024, lr=6e-4,
                  warmup=500, eval_every=1000, eval_batches=32, train_max_size=32, corpus_bytes=100_000_000),
 }
+
+# AdamW's betas for every run. Its first step moves a weight by lr / (1 - beta1), computed in float32.
+BETAS = (0.9, 0.95)
+MAX_LR = torch.finfo(torch.float32).max * (1 - BETAS[0])
 
 # Dense bf16 peak throughput in FLOP/s, for an MFU estimate; unknown devices report no MFU.
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "L4": 121e12,
@@ -103,11 +107,47 @@ class TrainConfig:
     stop_after: int | None = None                  # stop after this many steps of the ``steps``-step schedule
     init_from: str | None = None                   # "grid:label": start from a recorded run's shipped weights
 
+    def __post_init__(self):
+        """Every field given is checked here (None: the preset's value, checked by :meth:`resolved`)."""
+        _checks.choice("task", self.task, TASK_NAMES)
+        if self.preset is not None:
+            _checks.choice("preset", self.preset, sorted(PRESETS))
+        _checks.mapping("model", self.model)
+        known = {f.name for f in fields(GPTConfig) if f.init}
+        unknown = sorted(set(self.model) - known)
+        if unknown:
+            raise ValueError(f"model has unknown GPTConfig field(s) {unknown}; known: {sorted(known)}")
+        if self.init_from is not None:
+            grid, sep, label = _checks.text("init_from", self.init_from).partition(":")
+            if not (sep and grid and label):
+                raise ValueError(f"init_from must be 'grid:label' (a recorded run with shipped weights, e.g. "
+                                 f"'extrapolation:RoPE/0'), got {self.init_from!r}")
+        # Sizes and loop counts. A run that starts from trained weights may train no step at all: an evaluation.
+        zero_ok = ("warmup", "curriculum_steps", "checkpoint_every", "seed") + (
+            ("steps",) if self.init_from is not None else ())
+        for name in ("steps", "batch_size", "seq_len", "train_max_size", "curriculum_steps", "warmup", "eval_every",
+                     "eval_batches", "corpus_bytes", "checkpoint_every", "seed", "eval_position_bin", "eval_stride",
+                     "stop_after"):
+            if getattr(self, name) is not None or name in ("checkpoint_every", "seed"):
+                _checks.size(name, getattr(self, name), min_value=0 if name in zero_ok else 1)
+        for name in ("eval_seq_lens", "eval_sizes"):
+            if getattr(self, name) is not None:
+                _checks.numbers(name, getattr(self, name), integer=True, min_value=1, max_value=_checks.MAX_SIZE)
+        if self.lr is not None:
+            _checks.number("lr", self.lr, positive=True, max_value=MAX_LR)
+        _checks.number("weight_decay", self.weight_decay, min_value=0)
+        _checks.number("grad_clip", self.grad_clip, positive=True)
+        _checks.flag("resume", self.resume)
+        if self.progress is not None:
+            _checks.flag("progress", self.progress)
+        if self.out_dir is not None:
+            self.out_dir = str(_checks.path("out_dir", self.out_dir))     # a str: the run is written to JSON
+        if self.resume and not self.out_dir:
+            raise ValueError("resume=True needs out_dir (where the checkpoint is), got None")
+
     def resolved(self) -> "TrainConfig":
         """A copy with the preset's values filled in and every field checked."""
         preset = self.preset or choose_preset()
-        _checks.choice("preset", preset, sorted(PRESETS))
-        _checks.choice("task", self.task, TASK_NAMES)
         values = asdict(self)
         values["preset"] = preset
         base = {key: value for key, value in PRESETS[preset].items() if key != "tasks"}
@@ -118,65 +158,53 @@ class TrainConfig:
                 values["model"] = {**value, **self.model}
             elif values.get(key) is None:
                 values[key] = value
-        out = TrainConfig(**values)
-        if out.curriculum_steps is None:
-            out.curriculum_steps = 0
-        # A run that starts from trained weights may train no step at all: it is then an evaluation.
-        zero_ok = ("warmup", "curriculum_steps") + (("steps",) if out.init_from is not None else ())
-        for name in ("steps", "batch_size", "seq_len", "train_max_size", "warmup", "eval_every", "eval_batches",
-                     "corpus_bytes", "curriculum_steps"):
-            _checks.number(name, getattr(out, name), integer=True, min_value=0 if name in zero_ok else 1)
-        if out.init_from is not None:
-            grid, sep, label = out.init_from.partition(":") if isinstance(out.init_from, str) else ("", "", "")
-            if not (sep and grid and label):
-                raise ValueError(f"init_from must be 'grid:label' (a recorded run with shipped weights, e.g. "
-                                 f"'extrapolation:RoPE/0'), got {out.init_from!r}")
-        _checks.number("checkpoint_every", out.checkpoint_every, integer=True, min_value=0)
-        _checks.number("seed", out.seed, integer=True, min_value=0)
-        _checks.number("lr", out.lr, positive=True)
-        _checks.number("weight_decay", out.weight_decay, min_value=0)
-        _checks.number("grad_clip", out.grad_clip, positive=True)
+        if values["curriculum_steps"] is None:
+            values["curriculum_steps"] = 0
+        out = TrainConfig(**values)        # every field checked again, now filled in
         limit = tasks_lib.MAX_SIZE.get(out.task)            # None: a task with problems of every size
         if out.eval_sizes is None:
             out.eval_sizes = [size for size in (*range(1, 2 * out.train_max_size + 1), 3 * out.train_max_size,
                                                 4 * out.train_max_size) if limit is None or size <= limit]
-        for size in out.eval_sizes:
-            _checks.number("eval_sizes entry", size, integer=True, positive=True)
         for name, size in (("train_max_size", out.train_max_size), ("eval_sizes entry", max(out.eval_sizes))):
             if limit is not None and size > limit:
                 raise ValueError(f"task {out.task!r} has problems of size at most {limit}: {name} must be <= "
                                  f"{limit}, got {size}")
         if out.eval_seq_lens is None:
             out.eval_seq_lens = [out.seq_len, 2 * out.seq_len, 4 * out.seq_len]
-        for length in out.eval_seq_lens:
-            _checks.number("eval_seq_lens entry", length, integer=True, positive=True)
-        for name in ("eval_position_bin", "eval_stride", "stop_after"):
-            if getattr(out, name) is not None:
-                _checks.number(name, getattr(out, name), integer=True, positive=True)
         if out.eval_stride is not None and out.eval_stride > min(out.eval_seq_lens):
             raise ValueError(f"eval_stride={out.eval_stride} must be at most the shortest eval_seq_lens entry "
                              f"({min(out.eval_seq_lens)}): a window scores its last eval_stride bytes")
-        if out.resume and not out.out_dir:
-            raise ValueError("resume=True needs out_dir (where the checkpoint is), got None")
         return out
 
 
+def _resolved(run: Any) -> TrainConfig:
+    """The ``run`` argument of the functions below: a TrainConfig, resolved here if it is not already."""
+    return _checks.instance("run", run, TrainConfig).resolved()
+
+
+def _vocabulary(run: TrainConfig) -> int:
+    return corpus_lib.VOCAB_SIZE if run.task == "text" else tasks_lib.VOCAB_SIZE
+
+
 def gpt_config(run: TrainConfig) -> GPTConfig:
-    """The GPTConfig for a resolved run: vocabulary and longest sequence follow from the task."""
+    """The GPTConfig for a run (resolved here): vocabulary and longest sequence follow from the task."""
+    run = _resolved(run)
     if run.task == "text":
-        vocab, longest = corpus_lib.VOCAB_SIZE, max([run.seq_len, *run.eval_seq_lens])
+        longest = max([run.seq_len, *run.eval_seq_lens])
     else:
-        vocab = tasks_lib.VOCAB_SIZE
         longest = tasks_lib.sequence_length(run.task, max([run.train_max_size, *run.eval_sizes]))
-    known = {f.name for f in fields(GPTConfig) if f.init}
-    unknown = sorted(set(run.model) - known)
-    if unknown:
-        raise ValueError(f"model has unknown GPTConfig field(s) {unknown}; known: {sorted(known)}")
-    return GPTConfig(**{"vocab_size": vocab, "max_seq_len": longest, **run.model})
+    return GPTConfig(**{"vocab_size": _vocabulary(run), "max_seq_len": longest, **run.model})
 
 
 def learning_rate(run: TrainConfig, step: int) -> float:
-    """Linear warmup to lr, then cosine decay to lr/10 at the last step."""
+    """Linear warmup to lr, then cosine decay to lr/10 at the last step (and lr/10 after it). ``run`` is resolved
+    here; ``step`` counts from 0."""
+    run = _resolved(run)
+    _checks.number("step", step, integer=True, min_value=0)
+    return _learning_rate(run, step)
+
+
+def _learning_rate(run: TrainConfig, step: int) -> float:
     if step < run.warmup:
         return run.lr * (step + 1) / run.warmup
     progress = (step - run.warmup) / max(1, run.steps - run.warmup)
@@ -186,7 +214,14 @@ def learning_rate(run: TrainConfig, step: int) -> float:
 def largest_train_size(run: TrainConfig, step: int) -> int:
     """The largest problem size drawn at a step: L, or with a curriculum 1 at step 0 growing linearly to L at
     step ``curriculum_steps``. Addition needs it: drawn from 1..8 from the start, a small model's loss sits on a
-    plateau for thousands of steps; trained on short sums first, it learns the digit alignment and then extends it."""
+    plateau for thousands of steps; trained on short sums first, it learns the digit alignment and then extends it.
+    ``run`` is resolved here; ``step`` counts from 0."""
+    run = _resolved(run)
+    _checks.number("step", step, integer=True, min_value=0)
+    return _largest_train_size(run, step)
+
+
+def _largest_train_size(run: TrainConfig, step: int) -> int:
     if not run.curriculum_steps or step >= run.curriculum_steps:
         return run.train_max_size
     return 1 + (run.train_max_size - 1) * step // run.curriculum_steps
@@ -197,7 +232,7 @@ def _batch(run: TrainConfig, data: corpus_lib.Corpus | None, step: int) -> tuple
     gen = torch.Generator().manual_seed(run.seed * 1_000_003 + step)
     if run.task == "text":
         return corpus_lib.text_batch(data.train, run.batch_size, run.seq_len, gen)
-    sizes = torch.randint(1, largest_train_size(run, step) + 1, (run.batch_size,), generator=gen).tolist()
+    sizes = torch.randint(1, _largest_train_size(run, step) + 1, (run.batch_size,), generator=gen).tolist()
     return tasks_lib.make_batch(run.task, sizes, gen)
 
 
@@ -208,9 +243,25 @@ def _loss(logits: torch.Tensor, targets: torch.Tensor, count: int) -> torch.Tens
                            reduction="sum") / count
 
 
+def _model(model: Any, vocabulary: int | None = None) -> GPT:
+    """The ``model`` argument: a posbook.experiments GPT with room for ``vocabulary`` token ids."""
+    _checks.instance("model", model, GPT)
+    if vocabulary is not None and model.config.vocab_size < vocabulary:
+        raise ValueError(f"model has vocab_size={model.config.vocab_size}, fewer than the {vocabulary} token ids "
+                         "it is evaluated on")
+    return model
+
+
 @torch.no_grad()
 def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, device: torch.device) -> dict[str, Any]:
-    """Validation loss (and bits per byte for text), or exact-match accuracy by problem size for the tasks."""
+    """Validation loss (and bits per byte for text), or exact-match accuracy by problem size for the tasks.
+
+    ``run`` is resolved here; ``data`` is the corpus for a text run (the tasks draw their own problems: None)."""
+    run = _resolved(run)
+    _model(model, _vocabulary(run))
+    device = _checks.device("device", device)
+    if run.task == "text":
+        _checks.instance("data", data, corpus_lib.Corpus)
     model.eval()
     gen = torch.Generator().manual_seed(run.seed * 1_000_003 + 999_999_937)
     out: dict[str, Any] = {}
@@ -227,10 +278,10 @@ def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, devic
                     losses.append(F.cross_entropy(logits.flatten(0, 1), y.to(device).flatten()).item())
                 by_length[length] = sum(losses) / len(losses)
             out["val_loss"] = by_length[run.seq_len]
-            out["val_bpb"] = corpus_lib.bits_per_byte(out["val_loss"])
+            out["val_bpb"] = corpus_lib._bits_per_byte(out["val_loss"])
             # Beyond the training length: every position of the longer windows counts, so this is the mean over
             # positions 1..T' (the extrapolation curve by position is analysis's business).
-            out["val_bpb_by_len"] = {str(length): corpus_lib.bits_per_byte(loss) for length, loss in by_length.items()
+            out["val_bpb_by_len"] = {str(length): corpus_lib._bits_per_byte(loss) for length, loss in by_length.items()
                                      if length in run.eval_seq_lens}
         if run.eval_stride is not None:
             out["val_bpb_sliding_by_len"] = {
@@ -259,17 +310,22 @@ def position_losses(model: GPT, val: torch.Tensor, length: int, windows: int, de
     The model is causal, so position t of a window of ``length`` is scored exactly as in a window of any length
     > t starting at the same byte: the mean over positions < L of these rows is the non-overlapping protocol at
     length L. (Not for dynamic NTK, whose rotation depends on the window's length: score windows of L with
-    ``spacing`` set to the longest length, so that they cover the same bytes.)"""
-    _checks.number("length", length, integer=True, positive=True)
-    _checks.number("windows", windows, integer=True, positive=True)
+    ``spacing`` set to the longest length, so that they cover the same bytes.)
+
+    ``val`` is a 1-D tensor of token ids (the corpus's uint8 bytes)."""
+    _token_ids("val", val, _model(model).config.vocab_size, ndim=1)
+    _checks.size("length", length)
+    _checks.size("windows", windows)
     spacing = length if spacing is None else spacing
-    _checks.number("spacing", spacing, integer=True, positive=True)
+    _checks.size("spacing", spacing)
+    _checks.size("rows_per_forward", rows_per_forward)
+    device = _checks.device("device", device)
     if spacing < length:
         raise ValueError(f"spacing={spacing} must be at least length={length} (windows must not overlap)")
     needed = (windows - 1) * spacing + length + 1
     if needed > val.numel():
         raise ValueError(f"windows={windows} windows of {length} bytes, {spacing} apart, need {needed} bytes of "
-                         f"validation text; it holds {val.numel()}")
+                         f"validation text; val holds {val.numel()}")
     rows = []
     for first in range(0, windows, rows_per_forward):
         starts = range(first * spacing, min(windows, first + rows_per_forward) * spacing, spacing)
@@ -284,9 +340,13 @@ def sliding_window_bpb(model: GPT, val: torch.Tensor, length: int, stride: int, 
     """Bits per byte under the sliding-window protocol: windows of ``length`` bytes, ``stride`` apart, each scoring
     only its last ``stride`` bytes, so every scored byte sees between length - stride and length - 1 bytes before
     it. The scored bytes start at ``first_target`` (at least ``length``) and are the same for every length, so
-    lengths differ only in how much context each byte gets."""
-    _checks.number("length", length, integer=True, positive=True)
-    _checks.number("stride", stride, integer=True, positive=True)
+    lengths differ only in how much context each byte gets. ``val`` is a 1-D tensor of token ids (the corpus's
+    uint8 bytes)."""
+    _token_ids("val", val, _model(model).config.vocab_size, ndim=1)
+    for name, value in (("length", length), ("stride", stride), ("windows", windows), ("first_target", first_target),
+                        ("rows_per_forward", rows_per_forward)):
+        _checks.size(name, value)
+    device = _checks.device("device", device)
     if stride > length:
         raise ValueError(f"stride={stride} must be at most length={length}")
     if first_target < length:
@@ -294,7 +354,7 @@ def sliding_window_bpb(model: GPT, val: torch.Tensor, length: int, stride: int, 
     end = first_target + windows * stride
     if end >= val.numel():
         raise ValueError(f"{windows} windows of stride {stride} from byte {first_target} need {end + 1} bytes of "
-                         f"validation text; it holds {val.numel()}")
+                         f"validation text; val holds {val.numel()}")
     total, count = 0.0, 0
     starts = [first_target + j * stride - length for j in range(windows)]
     for i in range(0, windows, rows_per_forward):
@@ -302,13 +362,16 @@ def sliding_window_bpb(model: GPT, val: torch.Tensor, length: int, stride: int, 
         logits = model(batch[:, :-1].to(device))[:, -stride:]
         loss = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:][:, -stride:].to(device), reduction="sum")
         total, count = total + loss.item(), count + stride * batch.shape[0]
-    return corpus_lib.bits_per_byte(total / count)
+    return corpus_lib._bits_per_byte(total / count)
 
 
 def text_by_position(model: GPT, run: TrainConfig, val: torch.Tensor, device: torch.device) -> dict[str, Any]:
     """The non-overlapping protocol of a run with ``eval_position_bin``, from one set of windows of the longest eval
     length: validation loss and bits per byte at ``seq_len``, bits per byte at every eval length, and by position
-    (binned) — the numbers :func:`evaluate` records, without the sliding-window part."""
+    (binned) — the numbers :func:`evaluate` records, without the sliding-window part. ``run`` is resolved here."""
+    run = _resolved(run)
+    if run.eval_position_bin is None:
+        raise ValueError("run.eval_position_bin must be set (the width of the position bins), got None")
     longest, windows = max(run.eval_seq_lens), run.eval_batches * run.batch_size
     losses = position_losses(model, val, longest, windows, device).mean(0)
     bits = losses / math.log(2)
@@ -319,7 +382,7 @@ def text_by_position(model: GPT, run: TrainConfig, val: torch.Tensor, device: to
     at = {length: position_losses(model, val, length, windows, device, spacing=longest).mean(0) if dynamic
           else losses[:length] for length in lengths}
     out = {"val_loss": at[run.seq_len].mean().item()}
-    out["val_bpb"] = corpus_lib.bits_per_byte(out["val_loss"])
+    out["val_bpb"] = corpus_lib._bits_per_byte(out["val_loss"])
     out["val_bpb_by_len"] = {str(length): (at[length] / math.log(2)).mean().item() for length in run.eval_seq_lens}
     out["val_bpb_by_position"] = [bits[i:i + width].mean().item() for i in range(0, longest, width)]
     return out
@@ -342,7 +405,7 @@ def _save_atomically(obj: Any, path: Path) -> None:
 
 def train(run: TrainConfig) -> dict[str, Any]:
     """Train one model; returns the results dict (also written to ``out_dir/results.json`` by rank 0)."""
-    run = run.resolved()
+    run = _resolved(run)
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     distributed = world > 1
     if distributed:
@@ -378,7 +441,7 @@ def train(run: TrainConfig) -> dict[str, Any]:
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": run.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=run.lr, betas=(0.9, 0.95))
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=run.lr, betas=BETAS)
     history: list[dict[str, Any]] = []
     start = 0
     if run.resume and checkpoint_path.exists():
@@ -411,7 +474,7 @@ def train(run: TrainConfig) -> dict[str, Any]:
         count = int((y != tasks_lib.IGNORE).sum())
         x, y = x[rank::world].to(device), y[rank::world].to(device)
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(run, step)
+            group["lr"] = _learning_rate(run, step)
         with autocast:
             loss = _loss(ddp(x), y, count) * world   # DDP averages gradients over ranks; × world undoes that
         loss.backward()
@@ -429,7 +492,7 @@ def train(run: TrainConfig) -> dict[str, Any]:
         train_time += dt
         step_tokens = tokens_per_step or int(x.numel()) * world
         tokens_seen += step_tokens
-        record: dict[str, Any] = {"step": step + 1, "train_loss": loss_value, "lr": learning_rate(run, step),
+        record: dict[str, Any] = {"step": step + 1, "train_loss": loss_value, "lr": _learning_rate(run, step),
                                   "tokens_per_s": step_tokens / dt}
         last = step + 1 == last_step
         if (step + 1) % run.eval_every == 0 or last:
@@ -481,21 +544,25 @@ def read_checkpoint(path: str | Path, device: torch.device | str = "cpu",
                     keys: tuple[str, ...] = MODEL_KEYS) -> dict[str, Any]:
     """A posbook checkpoint's contents (``torch.load`` with ``weights_only=True``), or a ValueError that says what
     is wrong with the file: missing, a folder, empty, not a torch file, truncated, or a checkpoint without ``keys``."""
-    path = Path(path)
+    path = _checks.path("path", path)
+    device = _checks.device("device", device)
+    if not isinstance(keys, tuple) or not all(isinstance(key, str) for key in keys):
+        raise TypeError(f"keys must be a tuple of str, got {keys!r}")
+    # "checkpoint path": the argument is ``path`` here and ``checkpoint`` in load_model, which reads through here.
     if not path.exists():
-        raise ValueError(f"checkpoint {path} does not exist")
+        raise ValueError(f"checkpoint path {path} does not exist")
     if path.is_dir():
-        raise ValueError(f"checkpoint {path} is a folder, not a checkpoint file")
+        raise ValueError(f"checkpoint path {path} is a folder, not a checkpoint file")
     if path.stat().st_size == 0:
-        raise ValueError(f"checkpoint {path} is empty")
+        raise ValueError(f"checkpoint path {path} is empty")
     try:
         state = torch.load(path, weights_only=True, map_location=device)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, UnicodeDecodeError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"checkpoint {path} is not a readable torch checkpoint ({first[:200]})") from None
+        raise ValueError(f"checkpoint path {path} is not a readable torch checkpoint ({first[:200]})") from None
     missing = [key for key in keys if not (isinstance(state, dict) and key in state)]
     if missing:
-        raise ValueError(f"checkpoint {path} is not a posbook checkpoint: it has no {missing} (it holds "
+        raise ValueError(f"checkpoint path {path} is not a posbook checkpoint: it has no {missing} (it holds "
                          f"{sorted(state) if isinstance(state, dict) else type(state).__name__})")
     return state
 
@@ -507,9 +574,12 @@ def load_model(checkpoint: str | Path, device: torch.device | str = "cpu", *,
     ``rope``: the rope configs to rotate with instead of the trained ones (a ``GPTConfig.rope`` value: one
     dict for every rotating layer, a list per layer, None for each layer kind's own), e.g. YaRN at factor 4 to
     read four times the training length; the default keeps those of the checkpoint."""
+    _checks.path("checkpoint", checkpoint)
+    if isinstance(rope, str) and rope != "as trained":
+        raise ValueError(f"rope must be 'as trained', a rope dict, a list of per-layer dicts or None, got {rope!r}")
     state = read_checkpoint(checkpoint, device)
     config = dict(state["config"])
-    if not (isinstance(rope, str) and rope == "as trained"):
+    if not isinstance(rope, str):
         config["rope"] = rope
     model = GPT(GPTConfig(**config)).to(device)
     model.load_state_dict(state["model"])
