@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from .. import _checks
+from .model import GPT, _token_ids
+
+
+IGNORE_INDEX = -100          # cross_entropy's default: a target position that the loss skips
 
 
 def relative_change(value: float, baseline: float) -> float:
@@ -50,13 +54,18 @@ def by_variant(results: Mapping[str, Any], metric: Callable[[Any], float]) -> di
     return out
 
 
+def _values(name: str, values: Any) -> list[float]:
+    """Per-seed values: any iterable of real numbers (a list, a dict's ``.values()``), as floats."""
+    if isinstance(values, Iterable) and not isinstance(values, (str, bytes, Mapping)):
+        values = list(values)
+    return [float(v) for v in _checks.numbers(name, values, min_len=0)]
+
+
 def seed_summary(values: Sequence[float]) -> dict[str, float]:
     """Mean, sample standard deviation (0 for one value), min, max and count of a metric over seeds."""
-    values = [float(v) for v in values]
+    values = _values("values", values)
     if not values:
         raise ValueError("values must hold at least one number, got an empty sequence")
-    for v in values:
-        _checks.number("values entry", v)
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
             "min": min(values), "max": max(values), "n": len(values)}
 
@@ -64,6 +73,10 @@ def seed_summary(values: Sequence[float]) -> dict[str, float]:
 def paired_changes(table: Mapping[str, Mapping[int, float]], baseline: str) -> dict[str, dict[int, float]]:
     """Per seed, the relative change (%) of each variant from the baseline variant trained with the same seed
     (same batches, same initial draw of the shared weights). Seeds the baseline lacks are left out."""
+    _checks.mapping("table", table)
+    for variant, seeds in table.items():
+        _checks.mapping(f"table[{variant!r}]", seeds)
+    _checks.text("baseline", baseline)
     if baseline not in table:
         raise ValueError(f"baseline {baseline!r} is not a variant of the table; known: {list(table)}")
     base = table[baseline]
@@ -73,7 +86,8 @@ def paired_changes(table: Mapping[str, Mapping[int, float]], baseline: str) -> d
 
 def ranges_overlap(a: Sequence[float], b: Sequence[float]) -> bool:
     """Whether the min–max ranges of two sets of per-seed values overlap (a difference "within the seed spread")."""
-    if not len(a) or not len(b):
+    a, b = _values("a", a), _values("b", b)
+    if not a or not b:
         raise ValueError(f"a and b must be non-empty, got {len(a)} and {len(b)} values")
     return max(a) >= min(b) and max(b) >= min(a)
 
@@ -85,15 +99,28 @@ def step_times(models: Mapping[str, torch.nn.Module], x: torch.Tensor, y: torch.
     The models are timed in turn, one step each per round, so that a slow spell of a shared machine hits every
     model alike; ``warmup`` rounds are discarded. Returns the ``repeats`` timings per model (take the median).
     Gradients are zeroed after each step; no optimizer step is taken, so the models do not change.
+
+    ``x`` holds token ids [batch, T], ``y`` the next-token targets of the same shape (ids, or -100 for a position
+    the loss skips); for a GPT both are checked against its vocabulary before any timing.
     """
     if not isinstance(models, Mapping) or not models:
         raise ValueError(f"models must be a non-empty dict of name -> module, got {models!r}")
-    _checks.tensor("x", x, ndim=2)
-    _checks.tensor("y", y, ndim=2)
+    _checks.tensor("x", x, ndim=2, integer=True)
+    _checks.tensor("y", y, ndim=2, integer=True)
     if x.shape != y.shape:
         raise ValueError(f"x and y must have the same shape, got {tuple(x.shape)} and {tuple(y.shape)}")
-    _checks.number("warmup", warmup, integer=True, min_value=0)
-    _checks.number("repeats", repeats, integer=True, positive=True)
+    for name, model in models.items():
+        _checks.module(f"models[{name!r}]", model)
+        if isinstance(model, GPT):
+            vocab = model.config.vocab_size
+            _token_ids("x", x, vocab)
+            counted = y[y != IGNORE_INDEX]
+            if counted.numel() and not (0 <= int(counted.min()) and int(counted.max()) < vocab):
+                raise ValueError(f"y must hold token ids in 0 … {vocab - 1} of models[{name!r}] (or {IGNORE_INDEX} to "
+                                 f"skip a position), got values {int(counted.min())} … {int(counted.max())}")
+    _checks.size("warmup", warmup, min_value=0)
+    _checks.size("repeats", repeats)
+    y = y.long()                 # cross_entropy takes int64 targets
     times: dict[str, list[float]] = {name: [] for name in models}
     for round_ in range(warmup + repeats):
         for name, model in models.items():

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .. import _checks
+from .model import _token_ids
 
 VOCAB_SIZE = 256
 
@@ -32,6 +33,15 @@ class Corpus:
     n_files: int
     root: str
 
+    def __post_init__(self):
+        for name in ("train", "val"):
+            value = _checks.tensor(name, getattr(self, name), ndim=1)
+            if value.dtype != torch.uint8:
+                raise TypeError(f"{name} must be a 1-D uint8 tensor of bytes, got dtype {value.dtype}")
+        _checks.text("sha256", self.sha256)
+        _checks.size("n_files", self.n_files)
+        _checks.text("root", self.root)
+
 
 def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
@@ -43,7 +53,7 @@ def load_corpus(max_bytes: int = 8_000_000, val_fraction: float = 0.1, root: Pat
     _checks.number("val_fraction", val_fraction, positive=True)
     if val_fraction >= 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    root = stdlib_root() if root is None else Path(root)
+    root = stdlib_root() if root is None else _checks.path("root", root)
     if not root.is_dir():
         raise ValueError(f"root must be a directory of Python sources, got {str(root)!r}")
     train, val, total, n_files = bytearray(), bytearray(), 0, 0
@@ -59,7 +69,8 @@ def load_corpus(max_bytes: int = 8_000_000, val_fraction: float = 0.1, root: Pat
         total += len(data)
         n_files += 1
     if not train or not val:
-        raise ValueError(f"the corpus under {root} is too small to split (train {len(train)} B, val {len(val)} B)")
+        raise ValueError(f"max_bytes={max_bytes} and val_fraction={val_fraction} leave the corpus under {root} too "
+                         f"small to split (train {len(train)} B, val {len(val)} B)")
     sha = hashlib.sha256(bytes(train) + bytes(val)).hexdigest()
     as_tensor = lambda b: torch.frombuffer(bytearray(b), dtype=torch.uint8).clone()  # noqa: E731
     return Corpus(as_tensor(train), as_tensor(val), sha, n_files, str(root))
@@ -67,9 +78,12 @@ def load_corpus(max_bytes: int = 8_000_000, val_fraction: float = 0.1, root: Pat
 
 def text_batch(data: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator
                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows of ``seq_len + 1`` bytes: inputs [batch, seq_len] and next-byte targets."""
-    _checks.number("batch_size", batch_size, integer=True, positive=True)
-    _checks.number("seq_len", seq_len, integer=True, positive=True)
+    """Random windows of ``seq_len + 1`` bytes of ``data`` (a 1-D integer tensor, the corpus's uint8 bytes): inputs
+    [batch, seq_len] and next-byte targets, int64."""
+    _checks.tensor("data", data, ndim=1, integer=True)
+    _checks.size("batch_size", batch_size)
+    _checks.size("seq_len", seq_len)
+    _checks.generator("generator", generator, optional=False)
     if data.numel() <= seq_len + 1:
         raise ValueError(f"data holds {data.numel()} bytes, too few for seq_len={seq_len}")
     starts = torch.randint(0, data.numel() - seq_len - 1, (batch_size,), generator=generator)
@@ -79,14 +93,21 @@ def text_batch(data: torch.Tensor, batch_size: int, seq_len: int, generator: tor
 
 def unigram_bits(data: torch.Tensor) -> float:
     """Entropy of the byte frequencies of ``data`` in bits per byte: the best a model can do without context."""
-    if not isinstance(data, torch.Tensor) or data.ndim != 1 or data.numel() == 0:
-        raise ValueError(f"data must be a non-empty 1-D tensor of bytes, got {type(data).__name__} "
-                         f"of shape {tuple(getattr(data, 'shape', ()))}")
+    _checks.tensor("data", data, integer=True)
+    if data.ndim != 1 or data.numel() == 0:
+        raise ValueError(f"data must be a non-empty 1-D tensor of bytes, got shape {tuple(data.shape)}")
+    _token_ids("data", data, VOCAB_SIZE, ndim=1)
     freq = torch.bincount(data.long(), minlength=256).double()
     p = freq[freq > 0] / freq.sum()
     return float(-(p * p.log2()).sum())
 
 
 def bits_per_byte(mean_loss_nats: float) -> float:
-    """Mean next-byte cross-entropy in nats → bits per byte."""
+    """Mean next-byte cross-entropy in nats (finite, ≥ 0) → bits per byte."""
+    _checks.number("mean_loss_nats", mean_loss_nats, min_value=0)
+    return _bits_per_byte(mean_loss_nats)
+
+
+def _bits_per_byte(mean_loss_nats: float) -> float:
+    """Unchecked, for evaluation during training: a diverged run's NaN loss gives NaN bits rather than stopping it."""
     return mean_loss_nats / math.log(2)

@@ -43,6 +43,7 @@ EXTENSION_METHODS: dict[str, Callable[[float, int], dict[str, Any] | None]] = {
 def extension_rope(config: GPTConfig, method: str, factor: float, trained_length: int) -> dict[str, Any] | None:
     """The rope dict (for ``GPTConfig.rope``) that stretches a model's RoPE layers by ``factor`` with
     ``method``, for a model trained on ``trained_length`` tokens; None for ``"none"``."""
+    _checks.instance("config", config, GPTConfig)
     _checks.choice("method", method, EXTENSION_METHODS)
     _checks.number("factor", factor, positive=True)
     if factor < 1:

@@ -22,13 +22,14 @@ generalisation").
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from .. import _checks
 from ..core import attention as reference_attention
 from ..influence import attention_mass, gradient_influence
-from .model import GPT
+from .model import GPT, _token_ids
 from . import tasks
 
 
@@ -101,13 +102,21 @@ def attention_weights(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor
     return torch.stack([weights.to(torch.float64) for weights, _ in _recorded_weights(model, idx)])
 
 
+def _ids(name: str, value: Any, model: Any) -> torch.Tensor:
+    """Token ids [batch, T] for ``model`` (a GPT): in its vocabulary, 1 ≤ T ≤ max_seq_len, at least one row."""
+    _checks.instance("model", model, GPT)
+    _token_ids(name, value, model.config.vocab_size)
+    if not value.shape[0] or not value.shape[1] or value.shape[1] > model.config.max_seq_len:
+        raise ValueError(f"{name} must hold at least one sequence of 1 … max_seq_len={model.config.max_seq_len} "
+                         f"tokens, got shape {tuple(value.shape)}")
+    return value
+
+
 def _recorded_weights(model: torch.nn.Module, idx: torch.Tensor) -> list[tuple[torch.Tensor, tuple]]:
     """One eval-mode forward of a GPT with its attention recorded: per layer, the weights recomputed by the
     reference attention path and the recorded ``(q, k, v, call)``."""
 
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be a posbook.experiments GPT, got {type(model).__name__}")
-    _checks.tensor("idx", idx, ndim=2)
+    _ids("idx", idx, model)
     was_training = model.training
     model.eval()
     try:
@@ -143,15 +152,14 @@ def passkey_probe_batch(n: int, depth: int, batch: int, generator: torch.Generat
         positions.
     """
 
-    _checks.number("n", n, integer=True, positive=True)
-    _checks.number("batch", batch, integer=True, positive=True)
-    _checks.number("n_begin", n_begin, integer=True, positive=True)
+    _checks.size("n", n)
+    _checks.size("batch", batch)
+    _checks.size("n_begin", n_begin)
     _checks.number("depth", depth, integer=True)
     if not n_begin - 1 <= depth <= n:
         raise ValueError(f"depth must be in [n_begin - 1, n] = [{n_begin - 1}, {n}] so that Begin holds no needle "
                          f"token, got {depth}")
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    _checks.generator("generator", generator, optional=False)
     k = tasks.PASSKEY_DIGITS
     key = torch.randint(0, 10, (batch, k), generator=generator)
     filler = torch.randint(10, tasks.N_SYMBOLS, (batch, n), generator=generator)
@@ -190,7 +198,7 @@ def niah_attention_mass(model: torch.nn.Module, inputs: torch.Tensor,
         name → float64 tensor [n_layer]; the mean over layers is the figure Yang et al. report.
     """
 
-    _checks.tensor("inputs", inputs, ndim=2)
+    _ids("inputs", inputs, model)
     if not isinstance(regions, dict) or "end" not in regions:
         raise ValueError(f"regions must be a dict of name -> bool tensor with an 'end' entry, got "
                          f"{sorted(regions) if isinstance(regions, dict) else type(regions).__name__}")
@@ -216,9 +224,15 @@ def answer_gradient_influence(model: torch.nn.Module, inputs: torch.Tensor, targ
         float64 tensor [t + 1] with t the SEP position; entry d = G(d).
     """
 
-    _checks.tensor("inputs", inputs, ndim=2)
+    _ids("inputs", inputs, model)
+    _checks.tensor("targets", targets, ndim=2, integer=True)
+    if targets.shape != inputs.shape:
+        raise ValueError(f"targets must have the shape of inputs {tuple(inputs.shape)}, got {tuple(targets.shape)}")
     sep = (inputs == tasks.SEP).nonzero()
     if sep.shape[0] != inputs.shape[0] or not bool((sep[:, 1] == sep[0, 1]).all()):
         raise ValueError("inputs must hold exactly one SEP per row, at the same position in every row "
                          "(use passkey_probe_batch)")
-    return gradient_influence(model, model.embed, inputs, targets, position=int(sep[0, 1]))
+    position = int(sep[0, 1])
+    _token_ids("targets at the SEP position", targets[:, position], model.config.vocab_size, ndim=1)
+    # int64 for the embedding lookup and the gather of the target's log-probability
+    return gradient_influence(model, model.embed, inputs.long(), targets.long(), position=position)

@@ -77,11 +77,10 @@ def make_batch(task: str, sizes: list[int], generator: torch.Generator) -> tuple
     except on the answer (including its EOS).
     """
     _checks.choice("task", task, TASKS)
-    if not sizes:
-        raise ValueError("sizes must hold at least one problem size, got an empty list")
+    _checks.numbers("sizes", sizes, integer=True, min_value=1, max_value=_checks.MAX_SIZE)
+    _checks.generator("generator", generator, optional=False)
     limit = MAX_SIZE.get(task)
     for n in sizes:
-        _checks.number("sizes entry", n, integer=True, positive=True)
         if limit is not None and n > limit:
             raise ValueError(f"task {task!r} has problems of size at most {limit}: sizes entries must be <= {limit}, "
                              f"got {n}")
@@ -97,7 +96,18 @@ def make_batch(task: str, sizes: list[int], generator: torch.Generator) -> tuple
 
 
 def exact_match(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per example: 1.0 if every answer token is the argmax, else 0.0."""
+    """Per example: 1.0 if every answer token is the argmax, else 0.0.
+
+    ``logits`` [batch, T, vocab] (floating), ``targets`` [batch, T] (integer, IGNORE off the answer). Evaluation
+    calls this on a model that may have diverged, so NaN and ±inf logits are not refused: torch's argmax takes
+    NaN for the largest score."""
+    _checks.tensor("logits", logits, ndim=3, floating=True)
+    _checks.tensor("targets", targets, ndim=2, integer=True)
+    if logits.shape[:2] != targets.shape:
+        raise ValueError(f"logits [batch, T, vocab] and targets [batch, T] must agree in batch and T, got "
+                         f"{tuple(logits.shape)} and {tuple(targets.shape)}")
+    if not logits.shape[-1]:
+        raise ValueError(f"logits must score at least one token, got shape {tuple(logits.shape)}")
     answer = targets != IGNORE
     correct = (logits.argmax(-1) == targets) | ~answer
     return correct.all(dim=-1).float()

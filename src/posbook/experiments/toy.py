@@ -33,29 +33,39 @@ def fit(parameters: Iterable[torch.nn.Parameter] | torch.nn.Module, loss: Callab
         parameters: a module (all its parameters) or an iterable of tensors to optimise.
         loss: step → scalar loss tensor.
         steps: number of steps (≥ 1).
-        lr: learning rate (the initial one when ``lr_at`` is given).
+        lr: learning rate (the initial one when ``lr_at`` is given); ``lr_at(step)`` returns one ≥ 0.
         optimizer: ``"adamw"`` or ``"adam"`` (torch's, with ``betas`` and ``weight_decay``).
+        betas: Adam's (beta1, beta2), each in [0, 1).
     """
-    params = list(parameters.parameters() if isinstance(parameters, torch.nn.Module) else parameters)
-    if not params or not all(isinstance(p, torch.Tensor) for p in params):
-        raise TypeError("parameters must be a torch.nn.Module or a non-empty iterable of tensors")
-    if not callable(loss):
-        raise TypeError(f"loss must be a function of the step, got {type(loss).__name__}")
-    _checks.number("steps", steps, integer=True, positive=True)
-    _checks.number("lr", lr, positive=True)
+    is_module = isinstance(parameters, torch.nn.Module)
+    if not is_module and (not isinstance(parameters, Iterable) or isinstance(parameters, (str, bytes))):
+        raise TypeError(f"parameters must be a torch.nn.Module or a non-empty iterable of tensors, got "
+                        f"{type(parameters).__name__}")
+    params = list(parameters.parameters() if is_module else parameters)
+    if not params or not all(isinstance(p, torch.Tensor) and p.is_floating_point() for p in params):
+        raise TypeError("parameters must be a torch.nn.Module or a non-empty iterable of floating-point tensors")
+    _checks.function("loss", loss)
+    _checks.size("steps", steps)
     _checks.choice("optimizer", optimizer, OPTIMIZERS)
+    _checks.numbers("betas", betas, min_value=0)
+    if len(betas) != 2 or max(betas) >= 1:
+        raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
+    # Adam's first step moves a weight by lr / (1 - beta1), in the weights' dtype: a larger lr overflows in torch.
+    largest = min(torch.finfo(p.dtype).max for p in params) * (1 - betas[0])
+    _checks.number("lr", lr, positive=True, max_value=largest)
     _checks.number("weight_decay", weight_decay, min_value=0)
     if grad_clip is not None:
         _checks.number("grad_clip", grad_clip, positive=True)
     for name, fn in (("lr_at", lr_at), ("on_step", on_step)):
-        if fn is not None and not callable(fn):
-            raise TypeError(f"{name} must be callable or None, got {type(fn).__name__}")
-    opt = OPTIMIZERS[optimizer](params, lr=lr, betas=betas, weight_decay=weight_decay)
+        if fn is not None:
+            _checks.function(name, fn)
+    opt = OPTIMIZERS[optimizer](params, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
     losses = []
     for step in range(steps):
         if lr_at is not None:
+            rate = _checks.number("lr_at(step)", lr_at(step), min_value=0, max_value=largest)
             for group in opt.param_groups:
-                group["lr"] = lr_at(step)
+                group["lr"] = rate
         value = loss(step)
         opt.zero_grad()
         value.backward()
