@@ -17,9 +17,7 @@ import torch.nn.functional as F
 
 from .. import _checks
 from .model import GPT, _token_ids
-
-
-IGNORE_INDEX = -100          # cross_entropy's default: a target position that the loss skips
+from .tasks import IGNORE
 
 
 def relative_change(value: float, baseline: float) -> float:
@@ -114,9 +112,9 @@ def step_times(models: Mapping[str, torch.nn.Module], x: torch.Tensor, y: torch.
         if isinstance(model, GPT):
             vocab = model.config.vocab_size
             _token_ids("x", x, vocab)
-            counted = y[y != IGNORE_INDEX]
+            counted = y[y != IGNORE]
             if counted.numel() and not (0 <= int(counted.min()) and int(counted.max()) < vocab):
-                raise ValueError(f"y must hold token ids in 0 … {vocab - 1} of models[{name!r}] (or {IGNORE_INDEX} to "
+                raise ValueError(f"y must hold token ids in 0 … {vocab - 1} of models[{name!r}] (or {IGNORE} to "
                                  f"skip a position), got values {int(counted.min())} … {int(counted.max())}")
     _checks.size("warmup", warmup, min_value=0)
     _checks.size("repeats", repeats)
