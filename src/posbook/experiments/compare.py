@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import _checks
-from .model import GPT, _token_ids
+from .model import GPT
 from .tasks import IGNORE
 
 
@@ -111,7 +111,7 @@ def step_times(models: Mapping[str, torch.nn.Module], x: torch.Tensor, y: torch.
         _checks.module(f"models[{name!r}]", model)
         if isinstance(model, GPT):
             vocab = model.config.vocab_size
-            _token_ids("x", x, vocab)
+            _checks.token_ids("x", x, vocab)
             counted = y[y != IGNORE]
             if counted.numel() and not (0 <= int(counted.min()) and int(counted.max()) < vocab):
                 raise ValueError(f"y must hold token ids in 0 … {vocab - 1} of models[{name!r}] (or {IGNORE} to "

@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 
 from .. import _checks
-from .model import _token_ids
 
 VOCAB_SIZE = 256
 
@@ -96,7 +95,7 @@ def unigram_bits(data: torch.Tensor) -> float:
     _checks.tensor("data", data, integer=True)
     if data.ndim != 1 or data.numel() == 0:
         raise ValueError(f"data must be a non-empty 1-D tensor of bytes, got shape {tuple(data.shape)}")
-    _token_ids("data", data, VOCAB_SIZE, ndim=1)
+    _checks.token_ids("data", data, VOCAB_SIZE, ndim=1)
     freq = torch.bincount(data.long(), minlength=256).double()
     p = freq[freq > 0] / freq.sum()
     return float(-(p * p.log2()).sum())

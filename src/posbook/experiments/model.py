@@ -254,15 +254,6 @@ def _checked_rope(name: str, rope: Any, head_dim: int) -> dict:
     return rope
 
 
-def _token_ids(name: str, value: Any, vocab_size: int, *, ndim: int = 2) -> torch.Tensor:
-    """Integer token ids in 0 … vocab_size − 1 (int64, int32 or the corpus's uint8), read on the host: for the
-    probes and evaluation helpers, never for a training step."""
-    _checks.tensor(name, value, ndim=ndim, integer=True)
-    # Compared as int64: _checks.token_ids compares in the ids' own dtype, where 256 is 0 for uint8 bytes.
-    _checks.token_ids(name, value.long(), vocab_size, ndim=ndim)
-    return value
-
-
 def _check_hidden(x: Any, layer: nn.Module, n_embd: int, max_seq_len: int | None = None) -> None:
     """x: [batch, T, n_embd] in the layer's dtype (any floating dtype under autocast), T in 1..max_seq_len.
     Shapes and dtypes only: nothing here reads a tensor value on the host."""
@@ -430,9 +421,8 @@ class DifferentialLayer(nn.Module):
 
     def head_rms(self, x: torch.Tensor) -> torch.Tensor:
         """Root mean square of each differential head's output before its norm: [n_head/2]. x: [batch, T, n_embd],
-        finite."""
+        finite (DiffAttention.head_rms refuses NaN and ±inf)."""
         _check_hidden(x, self, self.n_embd, self.max_seq_len)
-        _checks.finite("x", x)
         return self.attn.head_rms(x, self.rope(x.shape[1]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ import torch
 from .. import _checks
 from ..core import attention as reference_attention
 from ..influence import attention_mass, gradient_influence
-from .model import GPT, _token_ids
+from .model import GPT
 from . import tasks
 
 
@@ -105,7 +105,7 @@ def attention_weights(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor
 def _ids(name: str, value: Any, model: Any) -> torch.Tensor:
     """Token ids [batch, T] for ``model`` (a GPT): in its vocabulary, 1 ≤ T ≤ max_seq_len, at least one row."""
     _checks.instance("model", model, GPT)
-    _token_ids(name, value, model.config.vocab_size)
+    _checks.token_ids(name, value, model.config.vocab_size)
     if not value.shape[0] or not value.shape[1] or value.shape[1] > model.config.max_seq_len:
         raise ValueError(f"{name} must hold at least one sequence of 1 … max_seq_len={model.config.max_seq_len} "
                          f"tokens, got shape {tuple(value.shape)}")
@@ -233,6 +233,6 @@ def answer_gradient_influence(model: torch.nn.Module, inputs: torch.Tensor, targ
         raise ValueError("inputs must hold exactly one SEP per row, at the same position in every row "
                          "(use passkey_probe_batch)")
     position = int(sep[0, 1])
-    _token_ids("targets at the SEP position", targets[:, position], model.config.vocab_size, ndim=1)
+    _checks.token_ids("targets at the SEP position", targets[:, position], model.config.vocab_size, ndim=1)
     # int64 for the embedding lookup and the gather of the target's log-probability
     return gradient_influence(model, model.embed, inputs.long(), targets.long(), position=position)

@@ -28,7 +28,7 @@ from .. import _checks
 from ..device import default_device
 from . import corpus as corpus_lib
 from . import tasks as tasks_lib
-from .model import GPT, GPTConfig, _token_ids
+from .model import GPT, GPTConfig
 
 TASK_NAMES = ("text",) + tasks_lib.TASKS
 
@@ -313,7 +313,7 @@ def position_losses(model: GPT, val: torch.Tensor, length: int, windows: int, de
     ``spacing`` set to the longest length, so that they cover the same bytes.)
 
     ``val`` is a 1-D tensor of token ids (the corpus's uint8 bytes)."""
-    _token_ids("val", val, _model(model).config.vocab_size, ndim=1)
+    _checks.token_ids("val", val, _model(model).config.vocab_size, ndim=1)
     _checks.size("length", length)
     _checks.size("windows", windows)
     spacing = length if spacing is None else spacing
@@ -342,7 +342,7 @@ def sliding_window_bpb(model: GPT, val: torch.Tensor, length: int, stride: int, 
     it. The scored bytes start at ``first_target`` (at least ``length``) and are the same for every length, so
     lengths differ only in how much context each byte gets. ``val`` is a 1-D tensor of token ids (the corpus's
     uint8 bytes)."""
-    _token_ids("val", val, _model(model).config.vocab_size, ndim=1)
+    _checks.token_ids("val", val, _model(model).config.vocab_size, ndim=1)
     for name, value in (("length", length), ("stride", stride), ("windows", windows), ("first_target", first_target),
                         ("rows_per_forward", rows_per_forward)):
         _checks.size(name, value)
