@@ -178,6 +178,7 @@ POSITIVE_REAL = "positive real"
 NONNEGATIVE_REAL = "non-negative real"
 REAL = "real"
 ANY_VALUE = "any value"       # the argument takes anything (a value to glue, a claim's shown text)
+NULLABLE = "None allowed"     # not a number: None is a documented value though not the default (rope=None)
 
 
 @dataclasses.dataclass
@@ -420,8 +421,9 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.experiments.model.GPT.forward": method(tiny_gpt, lambda: dict(
         idx=torch.randint(0, 256, (2, 6), generator=gen()))),
     "posbook.experiments.model.GPT.recording_attention": method(tiny_gpt),
+    # rope=None gives each layer kind its own rotation back
     "posbook.experiments.model.GPT.with_rope": method(tiny_gpt, lambda: dict(rope={
-        "rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0, "head_dim": 8})),
+        "rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0, "head_dim": 8}), rope=NULLABLE),
     "posbook.experiments.model.GPT.num_params": method(tiny_gpt),
     "posbook.experiments.model.GPT.flops_per_token": method(tiny_gpt, lambda: dict(seq_len=16)),
     # experiments: probes
@@ -489,7 +491,7 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.experiments.trainer.train": S(lambda: dict(run=tiny_task_run())),
     "posbook.experiments.trainer.read_checkpoint": S(lambda: dict(path=checkpoint_file(), device="cpu")),
     "posbook.experiments.trainer.load_model": S(lambda: dict(checkpoint=checkpoint_file(), device="cpu",
-                                                             rope="as trained")),
+                                                             rope="as trained"), rope=NULLABLE),
     # theory
     "posbook.theory.heads.peak_key": S(lambda: dict(q=rand(8), inv_freq=inv8(), delta=3, layout="half")),
     "posbook.theory.heads.positional_head_weights": S(lambda: dict(q=rand(8), inv_freq=inv8(), delta=3, seq_len=8)),
@@ -630,7 +632,9 @@ REAL_VALUED_INDEX_TENSORS = {"positions", "distances", "relative_position"}
 
 
 def _with_last(value: torch.Tensor, entry: int) -> torch.Tensor:
-    out = value.clone()
+    # widened to int64 where the entry does not fit (uint8 corpus bytes given -5 or 2**40)
+    info = torch.iinfo(value.dtype)
+    out = value.clone() if info.min <= entry <= info.max else value.long()
     if out.numel():
         out.view(-1)[-1] = entry
     return out
@@ -754,7 +758,7 @@ def mutations(name: str, fn: Callable, spec: Specimen, kwargs: dict) -> list[Mut
         if arg in spec.fixed:
             continue
         if arg in parameters and value is not None:
-            optional = parameters[arg].default is None
+            optional = parameters[arg].default is None or spec.domains.get(arg) == NULLABLE
             # None is the default of an argument that one mode needs (window for kind="sliding"): borderline.
             out.append(Mutation(BORDERLINE if optional else BAD, "None" + (" (the default)" if optional else ""), arg,
                                 None))

@@ -505,15 +505,17 @@ class GPT(nn.Module):
         """idx: [batch, T] token ids → logits [batch, T, vocab_size] (float32).
 
         ``idx`` is an integer tensor with 1 ≤ T ≤ max_seq_len; a narrower integer dtype than int32 (the corpus's
-        uint8 bytes) is taken as int64. The ids must lie in 0 … vocab_size − 1, which forward does not check: that
-        would read idx on the host at every training step (and stop a compiled model's graph). An id out of range
-        fails inside the embedding lookup; the probes and evaluation helpers check their ids first."""
+        uint8 bytes) is taken as int64. The ids must lie in 0 … vocab_size − 1. That is checked for ids on the CPU,
+        where reading them costs no synchronisation, and not on an accelerator or inside a compiled graph, where it
+        would stall every step (an id out of range there fails in the embedding lookup)."""
         _checks.tensor("idx", idx, ndim=2, integer=True)
         batch, t = idx.shape
         if not batch or not t:
             raise ValueError(f"idx must hold at least one sequence of at least one token, got shape {tuple(idx.shape)}")
         if t > self.config.max_seq_len:
             raise ValueError(f"idx has {t} positions, more than max_seq_len={self.config.max_seq_len}")
+        if idx.device.type == "cpu" and not torch.compiler.is_compiling():
+            _checks.token_ids("idx", idx, self.config.vocab_size)
         if idx.dtype not in (torch.int64, torch.int32):
             idx = idx.long()         # nn.Embedding takes int64 and int32 ids only
         x = self.embed(idx)
