@@ -60,6 +60,32 @@ def test_bookkeeping_errors():
         c.at_most("s", "a string", "abc", 1)
 
 
+def test_a_skipped_claim_is_listed_as_not_checked_with_its_reason(capsys, monkeypatch):
+    glued = []
+    monkeypatch.setattr("posbook.claims.glue", lambda name, value: glued.append(name))
+    c = Claims("t")
+    c.holds("own", "checked by the page", True)
+    c.skip("hf.same", "transformers agrees", "transformers is not installed here", source="wolf2020transformers")
+    assert "Not checked here: transformers agrees (transformers is not installed here)." in capsys.readouterr().out
+    assert len(c) == 1 and [s.key for s in c.skipped] == ["hf.same"] and glued == ["own"]
+    table = c.table()
+    md, html = table._repr_markdown_(), table._repr_html_()
+    assert "1 claims checked, all hold. 1 not checked here" in md and "1 not checked here" in html
+    assert md.splitlines()[-1] == ("| 2 | transformers agrees | not checked here | transformers is not installed here "
+                                   "| {cite:p}`wolf2020transformers` | – |")
+    assert "not checked here" in repr(table)
+    with pytest.raises(ValueError, match="already used"):
+        c.holds("hf.same", "checked after all", True)
+    with pytest.raises(ValueError, match="already used"):
+        c.skip("own", "skipped after checking", "no oracle")
+    with pytest.raises(ValueError, match="reason"):
+        c.skip("k", "no reason", " ")
+    with pytest.raises(ValueError, match="no claims"):
+        only_skipped = Claims("t")
+        only_skipped.skip("k", "a claim", "no oracle")
+        only_skipped.table()
+
+
 def test_glue_turns_one_element_tensors_into_numbers(monkeypatch):
     import numpy as np
     import torch

@@ -5,10 +5,18 @@ the outputs into the copies), the JUnit report keeps each notebook's execution t
 executed copies are put in Jupyter Book's cache (_build/.jupyter_cache) under the stored notebook's path. The
 cache matches notebooks by a hash of their code cells, so the book build then finds every chapter executed and
 runs nothing again: one execution per test run. POSBOOK_NB_WORKERS=N runs N notebooks at once (pytest-xdist).
+
+Readers run the chapters without transformers (a plain ``pip install posbook``), so the run shows they can: a
+chapter whose code does not name transformers is executed with transformers made unimportable
+(tools/without_transformers), in .executed/without-transformers/, and that is the execution the book shows; a
+chapter whose code does name it (it compares posbook with Hugging Face's code) is executed with transformers for
+the book, and a second time without it, where its oracle claims are skipped with a note. The book's executions
+must check every claim: a chapter that skipped one there fails the run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 EXECUTED = ROOT / ".executed"
 REPORTS = ROOT / "_build" / "reports"
 CACHE = ROOT / "_build" / ".jupyter_cache"
+# sitecustomize.py there: a kernel started below a folder named in POSBOOK_WITHOUT_TRANSFORMERS cannot import it.
+BLOCKER = ROOT / "tools" / "without_transformers"
+WITHOUT = EXECUTED / "without-transformers"
+SKIPPED = "not checked here"  # what posbook.Claims.skip prints, and the claims table says of a skipped claim
 
 
 def toc_files() -> list[str]:
@@ -47,28 +59,70 @@ def toc_notebooks() -> list[Path]:
     return [ROOT / f"{f}.ipynb" for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
 
 
+def uses_transformers(nb: Path) -> bool:
+    """Whether a chapter's code names transformers (its prose may; the library never imports it)."""
+    cells = json.loads(nb.read_text())["cells"]
+    return any("transformers" in "".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+
+def outputs_text(path: Path) -> str:
+    """Every text an executed notebook's cells output (streams, and each output's text forms)."""
+    texts = []
+    for cell in json.loads(path.read_text())["cells"]:
+        for out in cell.get("outputs", []):
+            texts.append("".join(out.get("text", "")))
+            for mime, data in out.get("data", {}).items():
+                if mime.startswith("text/"):
+                    texts.append("".join(data))
+    return "\n".join(texts)
+
+
 def main() -> int:
     notebooks = toc_notebooks()
     if EXECUTED.exists():
         shutil.rmtree(EXECUTED)
     REPORTS.mkdir(parents=True, exist_ok=True)
-    copies = []
-    for nb in notebooks:
-        copy = EXECUTED / nb.relative_to(ROOT)
+    copies, second_runs = [], []
+
+    def copy_to(folder: Path, nb: Path) -> Path:
+        copy = folder / nb.relative_to(ROOT)
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(nb, copy)
-        copies.append(copy)
+        return copy
+
+    for nb in notebooks:
+        if uses_transformers(nb):
+            copies.append(copy_to(EXECUTED, nb))
+            second_runs.append(copy_to(WITHOUT, nb))
+        else:
+            copies.append(copy_to(WITHOUT, nb))
     # An empty config of its own, so the repository's pytest settings (testpaths, options) stay out of this run.
     (EXECUTED / "pytest.ini").write_text("[pytest]\n")
     workers = os.environ.get("POSBOOK_NB_WORKERS", "1")
     cmd = [sys.executable, "-m", "pytest", "--nbmake", "--overwrite", "--nbmake-timeout=900",
            "-p", "no:cacheprovider", f"--junitxml={REPORTS / 'notebooks.xml'}", "-o", "junit_family=xunit2",
-           "-c", str(EXECUTED / "pytest.ini"), "--rootdir", str(EXECUTED), *(["-n", workers] if workers != "1" else []), *map(str, copies)]
-    print("run_notebooks:", len(copies), "notebooks", flush=True)
-    # The book is static HTML: interactive figures show their small multiples only (posbook.viz.STATIC_ENV).
-    code = subprocess.call(cmd, cwd=EXECUTED, env={**os.environ, "POSBOOK_STATIC_FIGURES": "1"})
+           "-c", str(EXECUTED / "pytest.ini"), "--rootdir", str(EXECUTED), *(["-n", workers] if workers != "1" else []),
+           *map(str, copies + second_runs)]
+    print(f"run_notebooks: {len(copies)} notebooks, {len(copies) - len(second_runs)} of them without transformers; "
+          f"{len(second_runs)} use it and run again without it", flush=True)
+    env = {**os.environ,
+           # The book is static HTML: interactive figures show their small multiples only (posbook.viz.STATIC_ENV).
+           "POSBOOK_STATIC_FIGURES": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(BLOCKER), os.environ.get("PYTHONPATH")])),
+           "POSBOOK_WITHOUT_TRANSFORMERS": str(WITHOUT)}
+    code = subprocess.call(cmd, cwd=EXECUTED, env=env)
     if code != 0:
         return code
+    skipping = [copy.relative_to(EXECUTED) for copy in copies if SKIPPED in outputs_text(copy).lower()]
+    if skipping:
+        print("run_notebooks: the book's execution of these chapters left claims unchecked (see 'Not checked "
+              f"here' in their outputs): {', '.join(map(str, skipping))}", file=sys.stderr)
+        return 1
+    unblocked = [copy.relative_to(EXECUTED) for copy in second_runs if SKIPPED not in outputs_text(copy).lower()]
+    if unblocked:
+        print("run_notebooks: these chapters checked every claim without transformers, so it was not blocked "
+              f"(tools/without_transformers): {', '.join(map(str, unblocked))}", file=sys.stderr)
+        return 1
 
     import nbformat
     from jupyter_cache import get_cache

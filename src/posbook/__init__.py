@@ -16,7 +16,8 @@ One module per concern, in the order data flows through an attention layer:
    does to position and the cache; ``python -m posbook inspect CONFIG.json``);
 6. measurements — :mod:`posbook.score` (the score as a sum of cosines), :mod:`posbook.precision` (aliasing),
    :mod:`posbook.divergence` (KL, Jensen–Shannon), :mod:`posbook.influence` (attention mass, G(d));
-7. the book — :mod:`posbook.claims` (checked numbers), :mod:`posbook.viz`, :mod:`posbook.device`.
+7. the book — :mod:`posbook.claims` (checked numbers), :mod:`posbook.oracle` (the installed ``transformers``, where
+   a chapter compares with it), :mod:`posbook.viz`, :mod:`posbook.device`.
 
 ``posbook.experiments`` (a small GPT, tasks, a trainer, recorded grids, probes of trained models) imports this
 core; the core never imports it.

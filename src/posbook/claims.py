@@ -10,6 +10,10 @@ array holding one; a bool, a string or a bool tensor is not a number. A computed
 cannot satisfy a claim (ClaimError); a NaN or infinite reference (expected value, bound) is refused. A condition
 is a bool, a numpy bool or a one-element bool tensor: 1, "yes" or a sympy relation are not (wrap a sympy result
 in ``bool(...)`` or compare with ``== 0``).
+
+A claim that compares with an optional oracle (the installed ``transformers``) cannot be checked where that oracle
+is missing or its code differs from what the claim reads: :meth:`Claims.skip` prints why, and the table lists the
+claim as not checked rather than dropping it.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class Claim:
     computed: str
     expected: str
     source: str | None
+    checked: bool = True
 
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
@@ -126,6 +131,7 @@ class Claims:
             raise ValueError(f"chapter must not be blank, got {chapter!r}")
         self.chapter = chapter
         self._claims: list[Claim] = []
+        self._skipped: list[Claim] = []
 
     # -- the checks --------------------------------------------------------------------------------------------
     def close(self, key: str, statement: str, value: Any, expected: Any, *, rtol: float = 0.0, atol: float = 0.0,
@@ -172,12 +178,30 @@ class Claims:
         self._record(key, statement, shown, "holds", condition, source)
         return condition
 
+    def skip(self, key: str, statement: str, reason: str, *, source: str | None = None) -> None:
+        """A claim this page cannot check here: the oracle it compares with is not installed, or its code differs
+        from what the claim reads (``reason`` says which).
+
+        Prints a note with the reason, and the table lists the claim as *not checked here*; nothing is glued under
+        ``key``, and nothing about the claim is asserted. Use it only around the oracle, never for a claim the
+        page's own code can check.
+
+        >>> Claims("t").skip("hf.same", "transformers agrees", "transformers is not installed here")
+        Not checked here: transformers agrees (transformers is not installed here).
+        """
+        self._check_labels(key, statement, source)
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError("reason must say why the claim is not checked")
+        reason = reason.strip()
+        self._skipped.append(Claim(key, statement, "not checked here", reason, source, checked=False))
+        print(f"Not checked here: {statement} ({reason}).")
+
     # -- bookkeeping -------------------------------------------------------------------------------------------
     def _check_labels(self, key: Any, statement: Any, source: Any) -> None:
         _checks.text("key", key)
         if any(c.isspace() for c in key):
             raise ValueError(f"key must be a string without spaces, got {key!r}")
-        if any(c.key == key for c in self._claims):
+        if any(c.key == key for c in (*self._claims, *self._skipped)):
             raise ValueError(f"key {key!r} is already used in this chapter's claims")
         _checks.text("statement", statement)
         if source is not None:
@@ -200,22 +224,34 @@ class Claims:
         return value
 
     def __len__(self) -> int:
+        """The number of claims checked (skipped ones not counted)."""
         return len(self._claims)
 
     def __iter__(self):
         return iter(self._claims)
 
+    @property
+    def skipped(self) -> tuple[Claim, ...]:
+        """The claims :meth:`skip` recorded as not checked here."""
+        return tuple(self._skipped)
+
     def table(self) -> "ClaimsTable":
-        """The "claims checked" table; display it as the last output of the chapter."""
+        """The "claims checked" table (claims not checked here last); display it as the last output of the chapter."""
         if not self._claims:
             raise ValueError("no claims were checked in this chapter")
-        return ClaimsTable(self.chapter, tuple(self._claims))
+        return ClaimsTable(self.chapter, tuple(self._claims) + tuple(self._skipped))
 
 
 @dataclass(frozen=True)
 class ClaimsTable:
     chapter: str
     claims: tuple[Claim, ...]
+
+    def _headline(self) -> str:
+        checked = sum(c.checked for c in self.claims)
+        unchecked = len(self.claims) - checked
+        text = f"{checked} claims checked, all hold."
+        return text + (f" {unchecked} not checked here (marked –)." if unchecked else "")
 
     def _repr_markdown_(self) -> str:
         # MyST markdown: the book renders the citations and links them to the bibliography.
@@ -224,21 +260,27 @@ class ClaimsTable:
         rows = ["| # | claim | computed | expected | source | |", "|---|---|---|---|---|---|"]
         for i, c in enumerate(self.claims, 1):
             source = f"{{cite:p}}`{c.source}`" if c.source else ""
-            rows.append(f"| {i} | {cell(c.statement)} | `{cell(c.computed)}` | {cell(c.expected)} | {source} | ✓ |")
-        return f"**{len(self.claims)} claims checked, all hold.**\n\n" + "\n".join(rows)
+            computed = f"`{cell(c.computed)}`" if c.checked else cell(c.computed)
+            rows.append(f"| {i} | {cell(c.statement)} | {computed} | {cell(c.expected)} | {source} | "
+                        f"{'✓' if c.checked else '–'} |")
+        return f"**{self._headline()}**\n\n" + "\n".join(rows)
 
     def _repr_html_(self) -> str:
         esc = html.escape
-        body = "".join(
-            f"<tr><td>{i}</td><td>{esc(c.statement)}</td><td><code>{esc(c.computed)}</code></td>"
-            f"<td>{esc(c.expected)}</td><td>{esc(c.source or '')}</td><td>✓</td></tr>"
-            for i, c in enumerate(self.claims, 1))
-        return (f"<p><b>{len(self.claims)} claims checked, all hold.</b></p><table>"
+
+        def row(i: int, c: Claim) -> str:
+            computed = f"<code>{esc(c.computed)}</code>" if c.checked else esc(c.computed)
+            return (f"<tr><td>{i}</td><td>{esc(c.statement)}</td><td>{computed}</td><td>{esc(c.expected)}</td>"
+                    f"<td>{esc(c.source or '')}</td><td>{'✓' if c.checked else '–'}</td></tr>")
+        body = "".join(row(i, c) for i, c in enumerate(self.claims, 1))
+        return (f"<p><b>{esc(self._headline())}</b></p><table>"
                 "<tr><th>#</th><th>claim</th><th>computed</th><th>expected</th><th>source</th><th></th></tr>"
                 f"{body}</table>")
 
     def __repr__(self) -> str:
-        return f"ClaimsTable({self.chapter!r}, {len(self.claims)} claims, all hold)"
+        checked = sum(c.checked for c in self.claims)
+        rest = f", {len(self.claims) - checked} not checked here" if checked < len(self.claims) else ""
+        return f"ClaimsTable({self.chapter!r}, {checked} claims, all hold{rest})"
 
 
 def glue(name: str, value: Any, *, display: bool = False) -> None:
