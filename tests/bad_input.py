@@ -361,6 +361,8 @@ SPECIMENS: dict[str, Specimen] = {
     # shown is any value; a number, so that its "any value" domain applies (a string would be probed as text).
     "posbook.Claims.holds": method(_claims, lambda: dict(key="probe.holds", statement="it holds", condition=True,
                                                           shown=1.0)),
+    "posbook.Claims.skip": method(_claims, lambda: dict(key="probe.skip", statement="an oracle agrees",
+                                                         reason="the oracle is not installed here", source="a paper")),
     "posbook.Claims.table": method(lambda: (lambda c: (c.holds("probe.one", "one holds", True), c)[1])(_claims())),
     "posbook.glue": S(lambda: dict(name="probe", value=1.5, display=False), value="any value"),   # anything but None
     "posbook.sci": S(lambda: dict(x=3.8e7, digits=1)),
