@@ -203,14 +203,15 @@ SPECIMENS: dict[str, Specimen] = {
         "rope_type": "default", "mrope_section": [4, 2, 2]}}, layer_type=None)),
     "posbook.rope_parameters": S(lambda: dict(config=llama_config(), seq_len=100, dtype=torch.float32, device="cpu")),
     "posbook.rope_spec": S(lambda: dict(config=gemma_config(), layer_type="full_attention")),
-    "posbook.yarn_get_mscale": S(lambda: dict(scale=4.0, mscale=1.0)),
+    "posbook.yarn_get_mscale": S(lambda: dict(scale=4.0, mscale=1.0), mscale="non-negative real"),  # 0: no temperature
     "posbook.yarn_ramp_bounds": S(lambda: dict(rotary_dim=64, rope_theta=10000.0, original_max_position_embeddings=4096,
                                                beta_fast=32.0, beta_slow=1.0, truncate=True)),
     "posbook.yarn_softmax_scale": S(lambda: dict(config=llama_config())),
     "posbook.frequency_ratio": S(lambda: dict(config=llama_config(), seq_len=100)),
-    "posbook.ramp_gamma": S(lambda: dict(turns=torch.linspace(0, 40, 8), alpha=1.0, beta=32.0)),
+    "posbook.ramp_gamma": S(lambda: dict(turns=torch.linspace(0, 40, 8), alpha=1.0, beta=32.0),
+                            alpha="non-negative real", beta="non-negative real"),  # turns, 0 allowed
     "posbook.ramp_weights": S(lambda: dict(config=llama_config())),
-    "posbook.rope_turns": S(lambda: dict(inv_freq=inv8(), length=64.0)),
+    "posbook.rope_turns": S(lambda: dict(inv_freq=inv8(), length=64.0), length="positive real"),  # tokens, or reals
     "posbook.rope_wavelengths": S(lambda: dict(inv_freq=inv8())),
     "posbook.apply_rope": S(lambda: dict(x=rand(2, 4, 8), cos=cos_sin8()[0], sin=cos_sin8()[1], layout="half")),
     "posbook.half_to_interleaved": S(lambda: dict(x=rand(2, 8), dim=-1, head_dim=8, rotary_dim=8)),
@@ -272,11 +273,13 @@ SPECIMENS: dict[str, Specimen] = {
                                            gamma=torch.tensor([0.5, 1.0]), qk_nope_head_dim=4, qk_rope_head_dim=2)),
     "posbook.softcap": S(lambda: dict(logits=rand(2, 5), cap=30.0)),
     # KV cache, configs
-    "posbook.attention_costs": S(lambda: dict(config=gemma_config(), context_len=64)),
+    "posbook.attention_costs": S(lambda: dict(config=gemma_config(), context_len=64),
+                                 context_len="non-negative int"),  # 0: the parameters alone
     "posbook.cache_kind": S(lambda: dict(config=mla_config())),
     "posbook.format_bytes": S(lambda: dict(nbytes=3.5e9, digits=2)),
     "posbook.indexer_values_per_layer": S(lambda: dict(config=mla_config())),
-    "posbook.kv_cache_bytes": S(lambda: dict(config=gemma_config(), seq_len=64, dtype_bytes=2)),
+    "posbook.kv_cache_bytes": S(lambda: dict(config=gemma_config(), seq_len=64, dtype_bytes=2),
+                                seq_len="non-negative int"),  # 0 tokens: an empty cache
     "posbook.kv_cache_bytes_per_token": S(lambda: dict(config=mla_config(), dtype_bytes=2)),
     "posbook.kv_cache_table": S(lambda: dict(config=llama_config(), seq_lens=[64, 128], dtype_bytes=2, markdown=True)),
     "posbook.kv_values_per_layer": S(lambda: dict(config=gemma_config(), kind="sliding_attention")),
