@@ -180,6 +180,12 @@ class Specimen:
     positional: bool = False               # the callable takes its arguments positionally only
 
 
+# Domains a specimen may give beyond the numeric ones of DOMAINS (below).
+REQUIRED = "required here"    # an argument whose default (None) does not fit the rest of this specimen's call
+ANY_DTYPE = "any dtype"       # a tensor the callable only moves (a permutation): every dtype must work
+ANY_NAME = "any name"         # config[key]: a name the callable passes on or reports, not one it must know
+
+
 def S(kwargs: Callable[[], dict[str, Any]], *fixed: str, **domains: str) -> Specimen:
     return Specimen(kwargs, fixed, domains)
 
@@ -202,7 +208,8 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.mrope_layout": S(lambda: dict(config={**llama_config(), "rope_scaling": {
         "rope_type": "default", "mrope_section": [4, 2, 2]}}, layer_type=None)),
     "posbook.rope_parameters": S(lambda: dict(config=llama_config(), seq_len=100, dtype=torch.float32, device="cpu")),
-    "posbook.rope_spec": S(lambda: dict(config=gemma_config(), layer_type="full_attention")),
+    "posbook.rope_spec": S(lambda: dict(config=gemma_config(), layer_type="full_attention"),
+                           layer_type=REQUIRED),  # one rope dict per layer type: layer_type must be given
     "posbook.yarn_get_mscale": S(lambda: dict(scale=4.0, mscale=1.0), mscale="non-negative real"),  # 0: no temperature
     "posbook.yarn_ramp_bounds": S(lambda: dict(rotary_dim=64, rope_theta=10000.0, original_max_position_embeddings=4096,
                                                beta_fast=32.0, beta_slow=1.0, truncate=True)),
@@ -214,8 +221,8 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.rope_turns": S(lambda: dict(inv_freq=inv8(), length=64.0), length="positive real"),  # tokens, or reals
     "posbook.rope_wavelengths": S(lambda: dict(inv_freq=inv8())),
     "posbook.apply_rope": S(lambda: dict(x=rand(2, 4, 8), cos=cos_sin8()[0], sin=cos_sin8()[1], layout="half")),
-    "posbook.half_to_interleaved": S(lambda: dict(x=rand(2, 8), dim=-1, head_dim=8, rotary_dim=8)),
-    "posbook.interleaved_to_half": S(lambda: dict(x=rand(2, 8), dim=-1, head_dim=8, rotary_dim=4)),
+    "posbook.half_to_interleaved": S(lambda: dict(x=rand(2, 8), dim=-1, head_dim=8, rotary_dim=8), x=ANY_DTYPE),
+    "posbook.interleaved_to_half": S(lambda: dict(x=rand(2, 8), dim=-1, head_dim=8, rotary_dim=4), x=ANY_DTYPE),
     "posbook.mrope_plane_axes": S(lambda: dict(mrope_section=[2, 1, 1], n_planes=4, interleaved=False)),
     "posbook.rope_cos_sin": S(lambda: dict(positions=torch.arange(4), inv_freq=inv8(), attention_factor=1.0,
                                            layout="half", dtype=torch.float32)),
@@ -290,10 +297,12 @@ SPECIMENS: dict[str, Specimen] = {
         "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
         "linear_conv_kernel_dim": 4}, dtype_bytes=4)),
     "posbook.without_indexer": S(lambda: dict(config=mla_config())),
-    "posbook.read_config": S(lambda: dict(config=llama_config())),
+    "posbook.read_config": S(lambda: dict(config=llama_config()),  # normalises: passes rope_type on
+                             **{"config[rope_type]": ANY_NAME}),
     "posbook.model_config": S(lambda: dict(name="Llama-3.1-8B")),
     "posbook.models": S(dict),
-    "posbook.config_report": S(lambda: dict(config=gemma_config(), context=64, batch=2, dtype="bf16")),
+    "posbook.config_report": S(lambda: dict(config=gemma_config(), context=64, batch=2, dtype="bf16"),
+                               **{"config[rope_type]": ANY_NAME}),  # reports a rope type it lacks as refused
     "posbook.format_report": S(lambda: dict(report=pb.config_report(llama_config()))),
     "posbook.plot_report": S(lambda: dict(report=pb.config_report(llama_config()), path=str(WORK / "report.png"))),
     # scores, spectra
@@ -612,6 +621,9 @@ def _tensor_mutations(arg: str, value: torch.Tensor, doc_allows_nan: bool) -> li
     return out
 
 
+# The dtype swaps of a floating tensor; for an ANY_DTYPE argument they must work.
+DTYPE_SWAPS = ("int64 tensor for a float one", "bool tensor for a float one")
+
 # Integer tensors that may also hold fractional values (positions between tokens, distances).
 REAL_VALUED_INDEX_TENSORS = {"positions", "distances", "relative_position"}
 
@@ -632,7 +644,9 @@ def _non_contiguous(value: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _config_mutations(arg: str, config: dict) -> list[Mutation]:
+def _config_mutations(arg: str, config: dict, free_names: set[str] = frozenset()) -> list[Mutation]:
+    """``free_names``: keys whose unknown name must be read like any other (model_type: an architecture posbook has
+    no rule for), or that the callable passes on or reports rather than interprets."""
     out = [Mutation(BAD, "list for a config", arg, [config]), Mutation(BAD, "int for a config", arg, 3),
            Mutation(BAD, "JSON text that is not an object", arg, "[1, 2]"), Mutation(BAD, "text that is not JSON", arg,
                                                                                        "hidden_size: 8"),
@@ -651,7 +665,8 @@ def _config_mutations(arg: str, config: dict) -> list[Mutation]:
             if isinstance(value, int):
                 out.append(Mutation(BAD, "float for an int key", arg, key=key, make=_set_key(arg, path, value + 0.5)))
         elif isinstance(value, str):
-            out.append(Mutation(BAD, "unknown name", arg, key=key, make=_set_key(arg, path, "no-such-kind")))
+            out.append(Mutation(UNUSUAL if key in free_names else BAD, "unknown name", arg, key=key,
+                                make=_set_key(arg, path, "no-such-kind")))
             out.append(Mutation(BAD, "int for a name key", arg, key=key, make=_set_key(arg, path, 7)))
         elif isinstance(value, list):
             out.append(Mutation(BAD, "string for a list key", arg, key=key, make=_set_key(arg, path, "x")))
@@ -741,7 +756,7 @@ def mutations(name: str, fn: Callable, spec: Specimen, kwargs: dict) -> list[Mut
         if arg in spec.fixed:
             continue
         if arg in parameters and value is not None:
-            optional = parameters[arg].default is None
+            optional = parameters[arg].default is None and spec.domains.get(arg) != REQUIRED
             out.append(Mutation(UNUSUAL if optional else BAD, "None" + (" (the default)" if optional else ""), arg, None))
         domain = spec.domains.get(arg, DOMAINS.get(arg))
         if arg in ("device",):
@@ -755,14 +770,18 @@ def mutations(name: str, fn: Callable, spec: Specimen, kwargs: dict) -> list[Mut
                 raise KeyError(f"{name}: argument {arg!r} has no domain in DOMAINS; add one")
             out += _number_mutations(arg, value, domain)
         elif isinstance(value, torch.Tensor):
-            out += _tensor_mutations(arg, value, doc_allows_nan)
+            moved = _tensor_mutations(arg, value, doc_allows_nan)
+            if domain == ANY_DTYPE:
+                moved = [dataclasses.replace(m, sort=UNUSUAL) if m.label in DTYPE_SWAPS else m for m in moved]
+            out += moved
         elif isinstance(value, torch.dtype):
             out += [Mutation(BAD, "string for a dtype", arg, "float32"), Mutation(BORDERLINE, "int dtype", arg, torch.int64)]
         elif isinstance(value, str):
             out += [Mutation(BAD, "int for a string", arg, 7), Mutation(BORDERLINE, "unknown string", arg, "no-such-name"),
                     Mutation(BORDERLINE, "empty string", arg, "")]
         elif isinstance(value, dict) and arg == "config":
-            out += _config_mutations(arg, value)
+            out += _config_mutations(arg, value, free_names={"model_type"} | {
+                key[len(arg) + 1:-1] for key, kind in spec.domains.items() if kind == ANY_NAME})
         elif isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                                  for v in value):
             out += [Mutation(BAD, "string for a list", arg, "1,2"), Mutation(BORDERLINE, "empty list", arg, type(value)()),
