@@ -191,6 +191,11 @@ class Specimen:
     positional: bool = False               # the callable takes its arguments positionally only
 
 
+# Domains a specimen may give beyond the numeric ones of DOMAINS (below).
+ANY_DTYPE = "any dtype"       # a tensor the callable only moves (a permutation): every dtype must work
+ANY_NAME = "any name"         # config[key]: a name the callable passes on or reports, not one it must know
+
+
 def S(kwargs: Callable[[], dict[str, Any]], *fixed: str, **domains: str) -> Specimen:
     return Specimen(kwargs, fixed, domains)
 
@@ -214,20 +219,20 @@ SPECIMENS: dict[str, Specimen] = {
         "rope_type": "default", "mrope_section": [4, 2, 2]}}, layer_type=None)),
     "posbook.rope_parameters": S(lambda: dict(config=llama_config(), seq_len=100, dtype=torch.float32, device="cpu")),
     "posbook.rope_spec": S(lambda: dict(config=gemma_config(), layer_type="full_attention")),
-    "posbook.yarn_get_mscale": S(lambda: dict(scale=4.0, mscale=1.0)),
+    "posbook.yarn_get_mscale": S(lambda: dict(scale=4.0, mscale=1.0), mscale="non-negative real"),  # 0: no temperature
     "posbook.yarn_ramp_bounds": S(lambda: dict(rotary_dim=64, rope_theta=10000.0, original_max_position_embeddings=4096,
                                                beta_fast=32.0, beta_slow=1.0, truncate=True)),
     "posbook.yarn_softmax_scale": S(lambda: dict(config=llama_config())),
     "posbook.frequency_ratio": S(lambda: dict(config=llama_config(), seq_len=100)),
-    # the ramp's lower end may be 0 turns (alpha >= 0)
+    # the ramp's ends are counts of turns, 0 allowed
     "posbook.ramp_gamma": S(lambda: dict(turns=torch.linspace(0, 40, 8), alpha=1.0, beta=32.0),
-                            alpha=NONNEGATIVE_REAL),
+                            alpha=NONNEGATIVE_REAL, beta=NONNEGATIVE_REAL),
     "posbook.ramp_weights": S(lambda: dict(config=llama_config())),
     "posbook.rope_turns": S(lambda: dict(inv_freq=inv8(), length=64.0), length=POSITIVE_REAL),  # a real length
     "posbook.rope_wavelengths": S(lambda: dict(inv_freq=inv8())),
     "posbook.apply_rope": S(lambda: dict(x=rand(2, 4, 8), cos=cos_sin8()[0], sin=cos_sin8()[1], layout="half")),
-    "posbook.half_to_interleaved": S(lambda: dict(x=rand(2, 8), dim=-1, head_dim=8, rotary_dim=8)),
-    "posbook.interleaved_to_half": S(lambda: dict(x=rand(2, 8), dim=-1, head_dim=8, rotary_dim=4)),
+    "posbook.half_to_interleaved": S(lambda: dict(x=rand(2, 8), dim=-1, head_dim=8, rotary_dim=8), x=ANY_DTYPE),
+    "posbook.interleaved_to_half": S(lambda: dict(x=rand(2, 8), dim=-1, head_dim=8, rotary_dim=4), x=ANY_DTYPE),
     "posbook.mrope_plane_axes": S(lambda: dict(mrope_section=[2, 1, 1], n_planes=4, interleaved=False)),
     "posbook.rope_cos_sin": S(lambda: dict(positions=torch.arange(4), inv_freq=inv8(), attention_factor=1.0,
                                            layout="half", dtype=torch.float32)),
@@ -292,11 +297,13 @@ SPECIMENS: dict[str, Specimen] = {
                                            gamma=torch.tensor([0.5, 1.0]), qk_nope_head_dim=4, qk_rope_head_dim=2)),
     "posbook.softcap": S(lambda: dict(logits=rand(2, 5), cap=30.0)),
     # KV cache, configs
-    "posbook.attention_costs": S(lambda: dict(config=gemma_config(), context_len=64)),
+    "posbook.attention_costs": S(lambda: dict(config=gemma_config(), context_len=64),
+                                 context_len="non-negative int"),  # 0: the parameters alone
     "posbook.cache_kind": S(lambda: dict(config=mla_config())),
     "posbook.format_bytes": S(lambda: dict(nbytes=3.5e9, digits=2)),
     "posbook.indexer_values_per_layer": S(lambda: dict(config=mla_config())),
-    "posbook.kv_cache_bytes": S(lambda: dict(config=gemma_config(), seq_len=64, dtype_bytes=2)),
+    "posbook.kv_cache_bytes": S(lambda: dict(config=gemma_config(), seq_len=64, dtype_bytes=2),
+                                seq_len="non-negative int"),  # 0 tokens: an empty cache
     "posbook.kv_cache_bytes_per_token": S(lambda: dict(config=mla_config(), dtype_bytes=2)),
     "posbook.kv_cache_table": S(lambda: dict(config=llama_config(), seq_lens=[64, 128], dtype_bytes=2, markdown=True)),
     "posbook.kv_values_per_layer": S(lambda: dict(config=gemma_config(), kind="sliding_attention")),
@@ -307,10 +314,12 @@ SPECIMENS: dict[str, Specimen] = {
         "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
         "linear_conv_kernel_dim": 4}, dtype_bytes=4)),
     "posbook.without_indexer": S(lambda: dict(config=mla_config())),
-    "posbook.read_config": S(lambda: dict(config=llama_config())),
+    "posbook.read_config": S(lambda: dict(config=llama_config()),  # normalises: passes rope_type on
+                             **{"config[rope_type]": ANY_NAME}),
     "posbook.model_config": S(lambda: dict(name="Llama-3.1-8B")),
     "posbook.models": S(dict),
-    "posbook.config_report": S(lambda: dict(config=gemma_config(), context=64, batch=2, dtype="bf16")),
+    "posbook.config_report": S(lambda: dict(config=gemma_config(), context=64, batch=2, dtype="bf16"),
+                               **{"config[rope_type]": ANY_NAME}),  # reports a rope type it lacks as refused
     "posbook.format_report": S(lambda: dict(report=pb.config_report(llama_config()))),
     "posbook.plot_report": S(lambda: dict(report=pb.config_report(llama_config()), path=str(WORK / "report.png"))),
     # scores, spectra
@@ -629,6 +638,9 @@ def _tensor_mutations(arg: str, value: torch.Tensor, doc_allows_nan: bool) -> li
     return out
 
 
+# The dtype swaps of a floating tensor; for an ANY_DTYPE argument they must work.
+DTYPE_SWAPS = ("int64 tensor for a float one", "bool tensor for a float one")
+
 # Integer tensors that may also hold fractional values (positions between tokens, distances).
 REAL_VALUED_INDEX_TENSORS = {"positions", "distances", "relative_position"}
 
@@ -651,7 +663,9 @@ def _non_contiguous(value: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _config_mutations(arg: str, config: dict) -> list[Mutation]:
+def _config_mutations(arg: str, config: dict, free_names: set[str] = frozenset()) -> list[Mutation]:
+    """``free_names``: keys whose unknown name must be read like any other (model_type: an architecture posbook has
+    no rule for), or that the callable passes on or reports rather than interprets."""
     out = [Mutation(BAD, "list for a config", arg, [config]), Mutation(BAD, "int for a config", arg, 3),
            Mutation(BAD, "JSON text that is not an object", arg, "[1, 2]"), Mutation(BAD, "text that is not JSON", arg,
                                                                                        "hidden_size: 8"),
@@ -670,7 +684,8 @@ def _config_mutations(arg: str, config: dict) -> list[Mutation]:
             if isinstance(value, int):
                 out.append(Mutation(BAD, "float for an int key", arg, key=key, make=_set_key(arg, path, value + 0.5)))
         elif isinstance(value, str):
-            out.append(Mutation(BAD, "unknown name", arg, key=key, make=_set_key(arg, path, "no-such-kind")))
+            out.append(Mutation(UNUSUAL if key in free_names else BAD, "unknown name", arg, key=key,
+                                make=_set_key(arg, path, "no-such-kind")))
             out.append(Mutation(BAD, "int for a name key", arg, key=key, make=_set_key(arg, path, 7)))
         elif isinstance(value, list):
             out.append(Mutation(BAD, "string for a list key", arg, key=key, make=_set_key(arg, path, "x")))
@@ -776,14 +791,18 @@ def mutations(name: str, fn: Callable, spec: Specimen, kwargs: dict) -> list[Mut
                 raise KeyError(f"{name}: argument {arg!r} has no domain in DOMAINS; add one")
             out += _number_mutations(arg, value, domain)
         elif isinstance(value, torch.Tensor):
-            out += _tensor_mutations(arg, value, doc_allows_nan)
+            moved = _tensor_mutations(arg, value, doc_allows_nan)
+            if domain == ANY_DTYPE:
+                moved = [dataclasses.replace(m, sort=UNUSUAL) if m.label in DTYPE_SWAPS else m for m in moved]
+            out += moved
         elif isinstance(value, torch.dtype):
             out += [Mutation(BAD, "string for a dtype", arg, "float32"), Mutation(BORDERLINE, "int dtype", arg, torch.int64)]
         elif isinstance(value, str):
             out += [Mutation(BAD, "int for a string", arg, 7), Mutation(BORDERLINE, "unknown string", arg, "no-such-name"),
                     Mutation(BORDERLINE, "empty string", arg, "")]
         elif isinstance(value, dict) and arg == "config":
-            out += _config_mutations(arg, value)
+            out += _config_mutations(arg, value, free_names={"model_type"} | {
+                key[len(arg) + 1:-1] for key, kind in spec.domains.items() if kind == ANY_NAME})
         elif isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                                  for v in value):
             out += [Mutation(BAD, "string for a list", arg, "1,2"), Mutation(BORDERLINE, "empty list", arg, type(value)()),

@@ -244,6 +244,22 @@ def test_plot_needs_a_rotary_spectrum(tmp_path):
                        tmp_path / "x.png")
 
 
+def test_plot_and_format_name_what_is_wrong_with_their_arguments(tmp_path):
+    report = pb.config_report(LLAMA)
+    with pytest.raises(ValueError, match=r"path must name a \.png file"):
+        pb.plot_report(report, tmp_path / "x.pdf")
+    with pytest.raises(ValueError, match="is a directory"):
+        pb.plot_report(report, tmp_path)
+    with pytest.raises(ValueError, match="does not exist"):
+        pb.plot_report(report, tmp_path / "no" / "x.png")
+    with pytest.raises(TypeError, match="^report must be a config_report"):
+        pb.plot_report([report], tmp_path / "x.png")
+    with pytest.raises(TypeError, match="^report must be the dict config_report"):
+        pb.format_report(None)
+    with pytest.raises(ValueError, match="^report must be the dict config_report"):
+        pb.format_report({"context": 8})
+
+
 # ---- the command line in a fresh interpreter ------------------------------------------------------------------------
 
 def test_cli_reads_a_file(tmp_path):
@@ -286,6 +302,7 @@ def test_cli_failure_is_one_line_without_traceback(tmp_path):
     (["{llama}", "--dtype", "int4"], 2, "--dtype: invalid choice"),
     (["{llama}", "--plot", "{dir}/no/such/folder/x.png"], 2, "does not exist"),
     (["{llama}", "--plot", "{dir}"], 2, "is a directory"),
+    (["{llama}", "--plot", "{dir}/spectra.svg"], 2, "must be a .png file"),
     (["{llama}", "--frobnicate"], 2, "unrecognized arguments"),
     ([], 2, "required: config"),
     (["{unknown_key}"], 1, "rope dict has key(s) ['factors']"),

@@ -32,7 +32,7 @@ def test_falcon_multi_query_is_one_kv_head_and_the_new_architecture_reads_num_kv
     assert pb.kv_cache_bytes_per_token(falcon40b) == 60 * 8 * 2 * 64 * 2
     rw = dict(falcon7b, multi_query=False)
     assert pb.kv_cache_bytes_per_token(rw) == 32 * 71 * 2 * 64 * 2
-    with pytest.raises(TypeError, match="multi_query must be a bool"):
+    with pytest.raises(TypeError, match=r"config\['multi_query'\] must be a bool"):
         read_config(dict(falcon7b, multi_query="yes"))
 
 
@@ -65,7 +65,7 @@ def test_layer_types_derived_as_transformers_does():
     unknown = dict(base, sliding_window=16)  # whose layout? refused rather than guessed
     with pytest.raises(pb.NotModelledError, match="give layer_types"):
         pb.kv_cache_bytes(unknown, 100)
-    with pytest.raises(TypeError, match="use_sliding_window must be a bool"):
+    with pytest.raises(TypeError, match=r"config\['use_sliding_window'\] must be a bool"):
         read_config(dict(qwen2_on, use_sliding_window="false"))
     jamba = dict(base, num_hidden_layers=8, attn_layer_period=8)  # attn_layer_offset: 4, Jamba's default
     assert pb.layer_kinds(jamba) == ["mamba"] * 4 + ["full_attention"] + ["mamba"] * 3
@@ -144,3 +144,56 @@ def test_falcon_defaults_to_multi_query_and_rotary_dim_survives_the_round_trip()
     assert pb.rope_spec(gptj).rotary_dim == 30  # 30/44 · 44 is 29.999... in floating point
     with pytest.raises(ValueError, match="layer indices"):
         read_config({"num_hidden_layers": 2, "layer_types": ["full_attention"] * 2, "per_layer_config": {"a": {}}})
+
+
+LLAMA_HUB = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "num_hidden_layers": 2, "max_position_embeddings": 4096, "rope_theta": 5e5,
+             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 1024}}
+
+
+@pytest.mark.parametrize("config, error, message", [
+    (dict(LLAMA_HUB, num_attention_heads=True), TypeError,
+     "config['num_attention_heads'] must be an int, got bool True"),
+    (dict(LLAMA_HUB, hidden_size="256"), TypeError, "config['hidden_size'] must be an int, got str '256'"),
+    (dict(LLAMA_HUB, num_hidden_layers=2.5), TypeError, "config['num_hidden_layers'] must be an int, got float 2.5"),
+    (dict(LLAMA_HUB, num_key_value_heads=-3), ValueError, "config['num_key_value_heads'] must be > 0, got -3"),
+    (dict(LLAMA_HUB, n_layer=True), TypeError, "config['n_layer'] must be an int, got bool True"),  # old name
+    (dict(LLAMA_HUB, sliding_window=float("nan")), TypeError, "config['sliding_window'] must be an int"),
+    (dict(LLAMA_HUB, rope_theta=float("nan")), ValueError, "config['rope_theta'] must be finite, got nan"),
+    (dict(LLAMA_HUB, model_type=7), TypeError, "config['model_type'] must be a str, got int 7"),
+    (dict(LLAMA_HUB, layer_types=["full_attention", 7]), TypeError, "config['layer_types'][1] must be a str"),
+    (dict(LLAMA_HUB, layer_types="full_attention"), TypeError, "config['layer_types'] must be a list of str"),
+    (dict(LLAMA_HUB, use_sliding_window="false"), TypeError, "config['use_sliding_window'] must be a bool"),
+    (dict(LLAMA_HUB, rope_scaling="llama3"), TypeError, "config['rope_scaling'] must be a dict or None"),
+    (dict(LLAMA_HUB, rope_scaling=dict(LLAMA_HUB["rope_scaling"], factor=-8.0)), ValueError,
+     "config['rope_scaling']['factor'] must be > 0, got -8.0"),
+    (dict(LLAMA_HUB, rope_scaling=dict(LLAMA_HUB["rope_scaling"], rope_type=3)), TypeError,
+     "config['rope_scaling']['rope_type'] must be a str, got int 3"),
+    (dict(LLAMA_HUB, rope_scaling=None,
+          rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": "1e4"}}),
+     TypeError, "config['rope_parameters']['full_attention']['rope_theta'] must be a real number, got str '1e4'"),
+])
+def test_every_key_posbook_reads_is_checked_once_with_its_name(config, error, message):
+    # The check is read_config's, so every function that reads a config refuses the value with the same message,
+    # whether or not it would have used the key.
+    for read in (read_config, pb.rope_spec, pb.kv_cache_bytes_per_token, pb.layer_kinds, pb.config_report):
+        with pytest.raises(error) as raised:
+            read(config)
+        assert str(raised.value).startswith(message), (read.__name__, str(raised.value))
+
+
+def test_nulls_zeros_and_false_flags_of_hub_configs_still_read():
+    # config.json files write null for "not given", 0 for a window that is off, false for flags.
+    qwen2 = {"model_type": "qwen2", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": None,
+             "head_dim": None, "num_hidden_layers": 2, "sliding_window": 0, "use_sliding_window": False,
+             "max_window_layers": 28, "rope_theta": 1e6, "rope_scaling": None, "max_position_embeddings": 4096,
+             "attention_k_eq_v": False, "alibi": False}
+    assert read_config(qwen2)["layer_types"] == ["full_attention"] * 2
+    assert pb.kv_cache_bytes_per_token(qwen2) == 2 * 4 * 2 * 64 * 2
+    assert pb.rope_spec(qwen2).rotary_dim == 64
+    mla = dict(qwen2, kv_lora_rank=64, qk_rope_head_dim=0, head_dim=0, q_lora_rank=None)  # 0: not given
+    assert read_config(mla)["head_dim"] == 0
+    yarn = dict(qwen2, rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": None, "beta_slow": 0,
+                                     "mscale": 0, "original_max_position_embeddings": 1024})
+    assert pb.rope_parameters(yarn)[0].numel() == 32

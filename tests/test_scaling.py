@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -414,3 +415,20 @@ def test_legacy_mrope_type_is_read_as_hugging_face_reads_it():
     hf_config = Qwen2VLTextConfig(**copy.deepcopy(config))
     assert hf_config.rope_parameters["rope_type"] == pb.rope_spec(config).rope_type == "default"
     assert tuple(hf_config.rope_parameters["mrope_section"]) == pb.mrope_layout(config)[0]
+
+
+def test_a_rope_spec_built_by_hand_is_held_to_what_rope_spec_guarantees():
+    spec = pb.rope_spec({"head_dim": 64, "rope_theta": 1e4, "partial_rotary_factor": 0.5})
+    assert pb.RopeSpec("default", 1e4, 64, 0.5, 32) == dataclasses.replace(spec, params={})
+    with pytest.raises(ValueError, match=r"rotary_dim must be int\(head_dim · partial_rotary_factor\)"):
+        pb.RopeSpec("default", 1e4, 64, 0.5, 64)
+    with pytest.raises(TypeError, match="head_dim must be an int"):
+        pb.RopeSpec("default", 1e4, "64", 1.0, 64)
+    with pytest.raises(ValueError, match="rope_type must be one of"):
+        pb.RopeSpec("yarm", 1e4, 64, 1.0, 64)
+    with pytest.raises(TypeError, match="keys must be a frozenset"):
+        pb.RopeType("halved", lambda spec, seq_len: None, {"by"})
+    with pytest.raises(ValueError, match="rope_theta must be > 1"):
+        pb.yarn_ramp_bounds(64, 1.0, 4096)
+    with pytest.raises(TypeError, match="truncate must be a bool"):
+        pb.yarn_ramp_bounds(64, 1e4, 4096, truncate=1)

@@ -87,6 +87,8 @@ def _inspect(args: argparse.Namespace) -> None:
             raise _Failure(BAD_INPUT, f"cannot write the plot to {args.plot}: it is a directory")
         if not args.plot.resolve().parent.is_dir():
             raise _Failure(BAD_INPUT, f"cannot write the plot to {args.plot}: folder {args.plot.parent} does not exist")
+        if args.plot.suffix.lower() != ".png":
+            raise _Failure(BAD_INPUT, f"cannot write the plot to {args.plot}: it must be a .png file")
     config = _read(args.config)
     try:
         report = config_report(config, context=args.context, batch=args.batch, dtype=args.dtype)

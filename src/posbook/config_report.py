@@ -464,8 +464,19 @@ def _kv_lines(kv: Mapping[str, Any], report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _check_report(report: Any) -> Mapping[str, Any]:
+    if not isinstance(report, Mapping):
+        raise TypeError(f"report must be the dict config_report() returns, got {type(report).__name__} "
+                        f"{_checks._show(report)}")
+    if report.get("format") != _FORMAT:
+        raise ValueError(f"report must be the dict config_report() returns (format {_FORMAT!r}), got a dict with "
+                         f"format {report.get('format')!r} and keys {sorted(map(str, report))}")
+    return report
+
+
 def format_report(report: Mapping[str, Any]) -> str:
     """:func:`config_report`'s report as plain text for a terminal, at most 88 columns wide."""
+    _check_report(report)
     context = report["context"]
     head = f"posbook inspect · {report['model_type'] or 'config'} · N = {context:,} tokens"
     if report["max_position_embeddings"] is not None:
@@ -497,15 +508,32 @@ def format_report(report: Mapping[str, Any]) -> str:
 
 # ---- figure ---------------------------------------------------------------------------------------------------------
 
+def _check_png_path(path: Any) -> Path:
+    """The file plot_report writes: a ``.png`` name, not a folder, in a folder that exists."""
+    path = _checks.path("path", path)
+    if path.is_dir():
+        raise ValueError(f"path {str(path)!r} is a directory; name a .png file to write the plot to")
+    if path.suffix.lower() != ".png":
+        raise ValueError(f"path must name a .png file (the plot is a PNG), got {str(path)!r}")
+    if not path.resolve().parent.is_dir():
+        raise ValueError(f"path {str(path)!r}: folder {str(path.parent)!r} does not exist")
+    return path
+
+
 def plot_report(report: Any, path: str | Path) -> None:
     """Draw each rotary spectrum of a report (or of a config, reported with the defaults) into one PNG at ``path``.
 
     One row per rope entry: the wavelength of every plane on a log axis, the config's spectrum next to the
     unscaled one, with lines at the context N and the training length L; where the rescaling differs between
-    planes (a ramp), a second panel with θ'_i/θ_i per plane. Raises ValueError if no layer has RoPE.
+    planes (a ramp), a second panel with θ'_i/θ_i per plane. Raises ValueError if no layer has RoPE, or if ``path``
+    does not name a ``.png`` file in an existing folder.
     """
+    _check_png_path(path)
     if not (isinstance(report, Mapping) and report.get("format") == _FORMAT):
-        report = config_report(report)
+        try:
+            report = config_report(report)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"report must be a config_report() result or a config to report: {error}") from None
     spectra = [e for e in report["rope"] if e["encoding"] == "rope"]
     if not spectra:
         raise ValueError("the config has no layer with RoPE, so there is no spectrum to plot")

@@ -78,6 +78,116 @@ UNMODELLED_MODEL_TYPES: dict[str, str] = {
 }
 
 
+# The keys posbook reads, each with the kind of value it takes. read_config checks every one a config gives (null
+# stands for "not given"), before anything is computed from them, so that every function that reads a config refuses
+# a wrongly typed or out-of-range value with the same message naming the key: config['num_attention_heads'] must be
+# an int, got bool True. An int >= 0 (a count) is allowed where Hub configs write 0 for "none" (sliding_window: 0
+# with use_sliding_window: false, head_dim: 0 in MLA configs); the functions that need one of them positive say so
+# where they read it. Old key names (KEY_ALIASES) are checked under the name the config gives.
+def _size(name: str, value: Any) -> None:
+    _checks.number(name, value, integer=True, positive=True)
+
+
+def _count(name: str, value: Any) -> None:
+    _checks.number(name, value, integer=True, min_value=0)
+
+
+def _positive(name: str, value: Any) -> None:
+    _checks.number(name, value, positive=True)
+
+
+def _nonnegative(name: str, value: Any) -> None:
+    _checks.number(name, value, min_value=0)
+
+
+def _name(name: str, value: Any) -> None:
+    _checks.text(name, value)
+
+
+def _names(name: str, value: Any) -> None:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list of str, got {type(value).__name__} {value!r}")
+    for i, item in enumerate(value):
+        _checks.text(f"{name}[{i}]", item)
+
+
+def _ints(name: str, value: Any) -> None:
+    _checks.numbers(name, value, integer=True, min_len=0)
+
+
+def _counts(name: str, value: Any) -> None:
+    _checks.numbers(name, value, integer=True, min_len=0, min_value=0)
+
+
+def _positives(name: str, value: Any) -> None:
+    _checks.numbers(name, value, min_len=0, positive=True)
+
+
+CONFIG_KEY_KINDS: dict[str, Callable[[str, Any], None]] = {
+    **dict.fromkeys(["hidden_size", "n_embd", "num_attention_heads", "n_head", "num_key_value_heads", "n_head_kv",
+                     "num_kv_heads", "num_hidden_layers", "n_layer", "max_position_embeddings", "n_positions",
+                     "original_max_position_embeddings", "rotary_dim", "sliding_window_pattern",
+                     "full_attention_interval", "attn_layer_period", "linear_num_key_heads", "linear_num_value_heads",
+                     "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"], _size),
+    **dict.fromkeys(["head_dim", "kv_channels", "sliding_window", "attention_chunk_size", "kv_lora_rank",
+                     "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "global_head_dim",
+                     "num_global_key_value_heads", "index_topk", "index_head_dim", "index_n_heads",
+                     "attn_layer_offset", "max_window_layers"], _count),
+    **dict.fromkeys(["rope_theta", "rotary_emb_base", "partial_rotary_factor", "rotary_pct", "rope_local_base_freq",
+                     "compress_rope_theta"], _positive),
+    **dict.fromkeys(["use_sliding_window", "alibi", "attention_k_eq_v", "mla_use_nope", "multi_query",
+                     "new_decoder_architecture"], _checks.flag),
+    "model_type": _name,
+    "layer_types": _names,
+    "no_rope_layers": _counts,
+}
+"""The top-level keys :func:`read_config` checks, key -> check(name, value); null values are not checked.
+
+:meta hide-value:
+"""
+
+ROPE_KEY_KINDS: dict[str, Callable[[str, Any], None]] = {
+    **dict.fromkeys(["rope_type", "type"], _name),
+    **dict.fromkeys(["rope_theta", "factor", "partial_rotary_factor", "attention_factor", "low_freq_factor",
+                     "high_freq_factor"], _positive),
+    # 0 (or null) for beta_fast/beta_slow means the paper's default, as in Hugging Face; mscale 0 turns it off.
+    **dict.fromkeys(["beta_fast", "beta_slow", "mscale", "mscale_all_dim"], _nonnegative),
+    "original_max_position_embeddings": _size,
+    **dict.fromkeys(["truncate", "mrope_interleaved"], _checks.flag),
+    "mrope_section": _ints,  # each axis's count is checked with the axis named (posbook.rope.mrope_plane_axes)
+    **dict.fromkeys(["short_factor", "long_factor"], _positives),
+}
+"""The keys of a rope dict (``rope_scaling``, ``rope_parameters`` or one layer type's dict in it) that
+:func:`read_config` checks, key -> check(name, value).
+
+:meta hide-value:
+"""
+
+
+def check_keys(flat: Mapping[str, Any]) -> None:
+    """Check every key of ``CONFIG_KEY_KINDS`` and of the rope dicts' ``ROPE_KEY_KINDS`` that ``flat`` gives (not
+    null); raise TypeError or ValueError naming the first bad one (``config['rope_scaling']['factor']``)."""
+    for key, check in CONFIG_KEY_KINDS.items():
+        if flat.get(key) is not None:
+            check(f"config[{key!r}]", flat[key])
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = flat.get(key)
+        if rope is None:
+            continue
+        if not isinstance(rope, Mapping):
+            raise TypeError(f"config[{key!r}] must be a dict or None, got {type(rope).__name__} {rope!r}")
+        _check_rope_keys(f"config[{key!r}]", rope)
+        for sub, inner in rope.items():
+            if isinstance(inner, Mapping):  # one rope dict per layer type (Gemma 3/4) or per label (DeepSeek-V4)
+                _check_rope_keys(f"config[{key!r}][{sub!r}]", inner)
+
+
+def _check_rope_keys(name: str, rope: Mapping[str, Any]) -> None:
+    for key, check in ROPE_KEY_KINDS.items():
+        if rope.get(key) is not None:
+            check(f"{name}[{key!r}]", rope[key])
+
+
 def read_config(config: Any) -> dict[str, Any]:
     """A model config in any of the forms Hugging Face uses, as one flat dict with the standard key names.
 
@@ -88,6 +198,10 @@ def read_config(config: Any) -> dict[str, Any]:
     Returns:
         A new dict (the input is not changed). Reading it again gives the same dict.
 
+    Every key posbook reads is checked here, once, for every function that reads a config
+    (:data:`CONFIG_KEY_KINDS`, and :data:`ROPE_KEY_KINDS` in each rope dict): the error names the key, e.g.
+    ``config['num_attention_heads'] must be an int, got bool True``. A null value is a key not given.
+
     Raises:
         TypeError: for anything else, or a key of the wrong type.
         ValueError: for text that is not JSON, keys that contradict each other, or a key out of range.
@@ -96,6 +210,7 @@ def read_config(config: Any) -> dict[str, Any]:
     text = flat.pop("text_config", None)
     if text is not None:
         flat.update(_as_dict(text, name="text_config"))
+    check_keys(flat)
     for standard, old_names in KEY_ALIASES.items():
         for old in old_names:
             if old in flat:
@@ -289,7 +404,10 @@ def _per_layer_config(flat: dict[str, Any]) -> None:
     if layers != full or len(values) != 1 or set(next(iter(overrides.values()))) - set(names):
         raise ValueError("config has per_layer_config overrides that are not one head_dim/num_key_value_heads "
                          f"shared by every full_attention layer, which posbook does not model; got {overrides!r}")
-    for key, value in next(iter(overrides.values())).items():
+    index, first = next(iter(overrides.items()))
+    for key, value in first.items():
+        if value is not None:
+            CONFIG_KEY_KINDS[names[key]](f"config['per_layer_config'][{index!r}][{key!r}]", value)
         if flat.get(names[key]) not in (None, value):
             raise ValueError(f"config gives {names[key]}={flat[names[key]]!r} and per_layer_config {key}={value!r}")
         flat[names[key]] = value

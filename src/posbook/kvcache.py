@@ -140,6 +140,8 @@ def kv_cache_bytes(config: Mapping[str, Any], seq_len: int, dtype_bytes: float =
 # ---- Chapter "Heads, head_dim and the KV cache": the calculator and the costs that sit next to the cache ----------
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+MAX_DIGITS = 20
+"""The most decimals :func:`format_bytes` writes (a float holds about 16 significant digits)."""
 
 
 def format_bytes(nbytes: float, digits: int = 2) -> str:
@@ -148,7 +150,7 @@ def format_bytes(nbytes: float, digits: int = 2) -> str:
     Used by :func:`kv_cache_table`; see the chapter "Heads, head_dim and the KV cache".
     """
     _checks.number("nbytes", nbytes, min_value=0)
-    _checks.number("digits", digits, integer=True, min_value=0)
+    _checks.number("digits", digits, integer=True, min_value=0, max_value=MAX_DIGITS)
     value, unit = float(nbytes), 0
     while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
         value, unit = value / 1024, unit + 1

@@ -51,8 +51,7 @@ def mrope_plane_axes(mrope_section: list[int] | tuple[int, ...], n_planes: int, 
     For text tokens the three rows are equal, and either layout is ordinary RoPE.
     """
     _checks.number("n_planes", n_planes, integer=True, positive=True)
-    if not isinstance(interleaved, bool):
-        raise TypeError(f"mrope_interleaved must be a bool, got {type(interleaved).__name__} {interleaved!r}")
+    _checks.flag("interleaved", interleaved)
     if not isinstance(mrope_section, (list, tuple)):
         raise TypeError(f"mrope_section must be a list of 3 ints (planes for time, height, width), got "
                         f"{type(mrope_section).__name__} {mrope_section!r}")
@@ -162,7 +161,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout:
     The result has x's dtype: cos and sin are cast to it, as Hugging Face does (the angles themselves should have
     been computed in float32, see :func:`rope_cos_sin`). Large CPU inputs outside autograd take a blocked,
     cache-friendly path that returns the same bits as the formula and runs on ``torch.get_num_threads()`` threads
-    (see ``_apply_rope_chunked``).
+    (see ``_apply_rope_chunked``). The entries are not checked for NaN or inf (a pass over every element would cost
+    as much as the rotation): a non-finite entry of x, cos or sin gives non-finite outputs where the formula uses it,
+    as any elementwise torch op does.
     """
     _checks.tensor("x", x, ndim_min=2, floating=True)
     _checks.tensor("cos", cos, ndim_min=2, floating=True)
@@ -541,11 +542,15 @@ def interleaved_to_half(x: torch.Tensor, *, dim: int = -1, head_dim: int | None 
     ``dim=0, head_dim=...``: the output rows are reordered, so the permuted weight produces half-layout q and k
     and, with :func:`apply_rope` in the half layout, exactly the same attention scores. Only the first
     ``rotary_dim`` dimensions of each head move (partial RoPE).
+
+    A permutation: it moves entries of any dtype (``torch.arange(8)`` shows where each dimension goes) and any
+    value, NaN and inf included, unchanged.
     """
     return _permute_layout(x, dim, head_dim, rotary_dim, to_half=True)
 
 
 def half_to_interleaved(x: torch.Tensor, *, dim: int = -1, head_dim: int | None = None,
                         rotary_dim: int | None = None) -> torch.Tensor:
-    """The inverse of :func:`interleaved_to_half`."""
+    """The inverse of :func:`interleaved_to_half`: the same arguments, and like it a permutation of entries of any
+    dtype and value (NaN and inf included)."""
     return _permute_layout(x, dim, head_dim, rotary_dim, to_half=False)

@@ -39,7 +39,7 @@ def default_inv_freq(rotary_dim: int, rope_theta: float = 10000.0, *,
     Computed in float64 and rounded once to ``dtype``, so every dtype sees the correctly rounded frequencies.
     Plane i has wavelength 2π/θ_i tokens: from 2π (i = 0) up to almost 2π·rope_theta.
     """
-    _checks.number("rotary_dim", rotary_dim, integer=True, positive=True)
+    _checks.size("rotary_dim", rotary_dim)
     if rotary_dim % 2:
         raise ValueError(f"rotary_dim must be even (RoPE turns pairs of dimensions), got {rotary_dim}")
     _check_theta(rope_theta, "rope_theta")
@@ -74,8 +74,25 @@ class RopeSpec:
     head_dim: int
     partial_rotary_factor: float
     rotary_dim: int
-    max_position_embeddings: int | None
+    max_position_embeddings: int | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Checked here too, so that a spec built by hand is held to what rope_spec guarantees.
+        _checks.choice("rope_type", self.rope_type, tuple(ROPE_TYPES))
+        _check_theta(self.rope_theta, "rope_theta")
+        _checks.size("head_dim", self.head_dim)
+        _checks.number("partial_rotary_factor", self.partial_rotary_factor, positive=True, max_value=1)
+        _checks.size("rotary_dim", self.rotary_dim)
+        if self.rotary_dim != int(self.head_dim * self.partial_rotary_factor):
+            raise ValueError(f"rotary_dim must be int(head_dim · partial_rotary_factor) = int({self.head_dim} · "
+                             f"{self.partial_rotary_factor}) = {int(self.head_dim * self.partial_rotary_factor)}, "
+                             f"got {self.rotary_dim}")
+        if self.rope_type != "proportional" and self.rotary_dim % 2:
+            raise ValueError(f"rotary_dim must be even (RoPE turns pairs of dimensions), got {self.rotary_dim}")
+        if self.max_position_embeddings is not None:
+            _checks.size("max_position_embeddings", self.max_position_embeddings)
+        _checks.mapping("params", self.params)
 
 
 def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeSpec:
@@ -175,7 +192,7 @@ def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeS
     if unknown:
         raise ValueError(f"rope dict has key(s) {sorted(unknown)} that rope_type {rope_type!r} does not use; "
                          f"expected some of {sorted(keys)}")
-    params = {k: rope[k] for k in keys if k in rope}
+    params = {k: v for k, v in rope.items() if k in keys}  # in the config's order, whatever the hash seed
     if "original_max_position_embeddings" in keys:
         params["original_max_position_embeddings"] = _original_max_positions(config, rope, max_pos)
     spec = RopeSpec(rope_type, rope_theta, head_dim, float(partial), rotary_dim, max_pos, params)
@@ -271,7 +288,8 @@ def _dynamic(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
     """YaRN's attention temperature √(1/t) = 0.1·mscale·ln(scale) + 1 (Peng et al. 2023, Eq. 22), 1 for scale ≤ 1.
 
-    :func:`rope_parameters` folds it into cos and sin, so every q·k logit is multiplied by its square.
+    :func:`rope_parameters` folds it into cos and sin, so every q·k logit is multiplied by its square. ``mscale``
+    is >= 0: 0 gives 1 at every scale (no temperature), as in Hugging Face.
     """
     _checks.number("scale", scale, positive=True)
     _checks.number("mscale", mscale, min_value=0)
@@ -289,6 +307,13 @@ def yarn_ramp_bounds(rotary_dim: int, rope_theta: float, original_max_position_e
     d = rotary_dim·ln(L/(2πβ)) / (2 ln rope_theta). With ``truncate`` the bounds are floored/ceiled to whole planes,
     as in the reference implementation; clamped to [0, rotary_dim − 1] as Hugging Face does.
     """
+    _checks.size("rotary_dim", rotary_dim)
+    _check_theta(rope_theta, "rope_theta")
+    _checks.size("original_max_position_embeddings", original_max_position_embeddings)
+    _checks.number("beta_fast", beta_fast, positive=True)
+    _checks.number("beta_slow", beta_slow, positive=True)
+    _checks.flag("truncate", truncate)
+
     def plane(turns: float) -> float:
         return rotary_dim * math.log(original_max_position_embeddings / (turns * 2 * math.pi)) / (2 * math.log(rope_theta))
 
@@ -452,6 +477,16 @@ class RopeType:
     extension_factor: Callable[[RopeSpec], float] | None = None
     in_transformers: bool = True
 
+    def __post_init__(self) -> None:
+        _checks.text("name", self.name)
+        _checks.function("rule", self.rule)
+        if not isinstance(self.keys, frozenset) or not all(isinstance(key, str) for key in self.keys):
+            raise TypeError(f"keys must be a frozenset of str (rope dict keys), got {type(self.keys).__name__} "
+                            f"{self.keys!r}")
+        if self.extension_factor is not None:
+            _checks.function("extension_factor", self.extension_factor)
+        _checks.flag("in_transformers", self.in_transformers)
+
 
 _RAMP_KEYS = frozenset({"factor", "beta_fast", "beta_slow", "truncate", "original_max_position_embeddings"})
 _MROPE_KEYS = frozenset({"mrope_section", "mrope_interleaved"})
@@ -509,6 +544,8 @@ def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, la
     if seq_len is not None:
         _checks.number("seq_len", seq_len, integer=True, positive=True)
     _checks.dtype("dtype", dtype)
+    if device is not None:
+        device = _checks.device("device", device)
     inv_freq, attention_factor = ROPE_TYPES[spec.rope_type].rule(spec, seq_len)
     return inv_freq.to(dtype=dtype, device=device), float(attention_factor)
 

@@ -63,8 +63,8 @@ def ramp_gamma(turns: torch.Tensor, alpha: float = 1.0, beta: float = 32.0) -> t
     _checks.number("beta", beta, min_value=0.0)
     if beta < alpha:
         raise ValueError(f"beta must be >= alpha (turns), got alpha={alpha!r}, beta={beta!r}")
-    if bool(torch.isnan(turns).any()) or bool((turns < 0).any()):
-        raise ValueError(f"turns must be >= 0 and not NaN, got {_checks._show(turns)}")
+    if not bool(torch.isfinite(turns).all()) or bool((turns < 0).any()):
+        raise ValueError(f"turns must be finite and >= 0, got {_checks._show(turns)}")
     if alpha == beta:
         return (turns > beta).to(turns.dtype)
     return ((turns - alpha) / (beta - alpha)).clamp(0, 1)
