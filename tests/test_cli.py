@@ -86,7 +86,7 @@ EXPERIMENTS_CASES = [
     (["evaluate", "{d}/array.json"], "not a readable torch checkpoint"),
     (["evaluate", "{d}/foreign.pt"], "not a posbook checkpoint"),
     (["sweep", "nope"], "invalid choice"),
-    (["sweep", "extrapolation", "--jobs", "x"], "invalid int value"),
+    (["sweep", "extrapolation", "--jobs", "x"], "expected a positive integer"),
     (["sweep", "extrapolation", "--jobs", "0"], "expected a positive integer"),
     (["show", "nope"], "invalid choice"),
 ]

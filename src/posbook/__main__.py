@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from ._cli import positive_int
 from .config_report import KV_DTYPES, config_report, format_report, plot_report
 
 REFUSED, BAD_INPUT = 1, 2
@@ -32,16 +33,6 @@ class _Parser(argparse.ArgumentParser):
         raise _Failure(BAD_INPUT, message)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m posbook", description="posbook on the command line.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -49,8 +40,8 @@ def parser() -> argparse.ArgumentParser:
                        description=__doc__.split("\n\n")[1], epilog="exit status: 0 report printed, 1 nothing "
                        "of the config can be reported, 2 bad command line or unreadable input")
     i.add_argument("config", help="a config.json, or - for standard input")
-    i.add_argument("--context", type=_positive_int, help="context length N (default: max_position_embeddings)")
-    i.add_argument("--batch", type=_positive_int, default=1, help="sequences in the cache (default: 1)")
+    i.add_argument("--context", type=positive_int, help="context length N (default: max_position_embeddings)")
+    i.add_argument("--batch", type=positive_int, default=1, help="sequences in the cache (default: 1)")
     i.add_argument("--dtype", choices=tuple(KV_DTYPES), default="bf16", help="cache dtype (default: bf16)")
     i.add_argument("--plot", type=Path, help="also draw the spectra into this PNG")
     i.add_argument("--json", action="store_true", help="print the report as JSON instead of text")

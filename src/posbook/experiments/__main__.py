@@ -10,19 +10,10 @@ import argparse
 import json
 import sys
 
+from .._cli import positive_int
 from .model import ABSOLUTE_POSITIONS, LAYER_CODES, LOGIT_SCALINGS, QK_NORM_MODES
 from .sweep import GRIDS, flat_metrics, load_record, record_path, run_grid, stale_labels
 from .trainer import PRESETS, TASK_NAMES, TrainConfig, evaluate, load_model, train
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _sizes(text: str) -> list[int]:
@@ -81,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("sweep", help="train a chapter's grid of runs and write its record into the package")
     w.add_argument("grid", choices=sorted(GRIDS))
-    w.add_argument("--jobs", type=_positive_int, default=1, help="processes at once, one thread each (default 1)")
+    w.add_argument("--jobs", type=positive_int, default=1, help="processes at once, one thread each (default 1)")
     w.add_argument("--retrain", action="store_true", help="train every run again, not only missing or stale ones")
     w.add_argument("--list", action="store_true", help="print the grid's labels and whether each is recorded")
 
