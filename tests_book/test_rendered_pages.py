@@ -13,11 +13,11 @@ SKIP = {"genindex.html", "search.html", "py-modindex.html"}
 PAGES = sorted(str(p.relative_to(HTML)) for p in HTML.rglob("*.html")
                if p.name not in SKIP and "_static" not in p.parts and "_sources" not in p.parts)
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
-# Console messages the book theme itself prints on every page (sphinx-thebe's script is included twice by the
-# theme; the theme switcher logs its default); anything else in the console is an error of ours.
+# Console messages the book theme itself prints on every page (the theme switcher logs its default); anything else
+# in the console is an error of ours.
 # The widget manager (html-manager 1.x) also tries MathJax 2's MathJax.Hub.Queue to typeset widget labels; the
 # book serves MathJax 3, our labels hold no math, and the widgets render (checked below).
-THEME_NOISE = ("Identifier 'THEBE_JS_URL' has already been declared", "Got invalid theme mode",
+THEME_NOISE = ("Got invalid theme mode",
                "Cannot read properties of undefined (reading 'Queue')")
 
 
@@ -28,7 +28,7 @@ def test_book_has_pages():
 
 @pytest.mark.parametrize("page_path", PAGES)
 def test_page(page_path, book_url, browser):
-    page = browser.new_page()
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
     external, failed, console_errors = [], [], []
 
     def route(route):
@@ -59,6 +59,14 @@ def test_page(page_path, book_url, browser):
         "() => [...document.images].filter(i => i.offsetParent !== null && !(i.complete && i.naturalWidth > 0))"
         ".map(i => i.src)")
     assert broken == [], f"{page_path}: images not loaded: {broken}"
+
+    for width in (1400, 390):  # a desktop and a phone: the column narrows, the figures must keep their shape
+        page.set_viewport_size({"width": width, "height": 900})
+        squashed = page.evaluate(
+            "() => [...document.images].filter(i => i.offsetParent !== null && i.naturalWidth > 0 && i.clientHeight > 0"
+            " && Math.abs((i.clientWidth / i.clientHeight) / (i.naturalWidth / i.naturalHeight) - 1) > 0.02)"
+            ".map(i => `${i.src.split('/').pop()} ${i.clientWidth}x${i.clientHeight}`)")
+        assert squashed == [], f"{page_path}: images out of their aspect ratio at {width} px: {squashed}"
 
     errors = page.evaluate(
         "() => [...document.querySelectorAll('.cell_output .traceback, .cell_output .stderr, .output.traceback,"
