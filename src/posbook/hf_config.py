@@ -290,8 +290,8 @@ def _falcon_heads(flat: dict[str, Any]) -> None:
     kv_heads, multi_query = flat.pop("num_kv_heads", None), flat.pop("multi_query", None)
     if multi_query is None and flat.get("model_type") == "falcon":
         multi_query = True  # FalconConfig's default
-    if multi_query is not None and not isinstance(multi_query, bool):
-        raise TypeError(f"multi_query must be a bool, got {type(multi_query).__name__} {multi_query!r}")
+    if multi_query is not None:
+        _checks.flag("multi_query", multi_query)
     if flat.get("num_key_value_heads") is not None:
         return
     if flat.get("new_decoder_architecture"):
@@ -432,8 +432,7 @@ def _qwen(alternate: bool) -> Callable[[Mapping[str, Any], int], list[str]]:
     # on; Qwen2-MoE: every other layer below max_window_layers.
     def layout(flat: Mapping[str, Any], n: int) -> list[str]:
         on = flat.get("use_sliding_window", False)
-        if not isinstance(on, bool):
-            raise TypeError(f"use_sliding_window must be a bool, got {type(on).__name__} {on!r}")
+        _checks.flag("use_sliding_window", on)
         start = flat.get("max_window_layers", 28)
         _checks.number("max_window_layers", start, integer=True, min_value=0)
         on = on and bool(flat.get("sliding_window"))

@@ -64,8 +64,7 @@ def kv_values_per_layer(config: Mapping[str, Any], kind: str = "full_attention")
         if global_dim is not None:
             head_dim = v_head_dim = global_dim
         k_eq_v = config.get("attention_k_eq_v", False)
-        if not isinstance(k_eq_v, bool):
-            raise TypeError(f"attention_k_eq_v must be a bool, got {type(k_eq_v).__name__} {k_eq_v!r}")
+        _checks.flag("attention_k_eq_v", k_eq_v)
         if k_eq_v:
             v_head_dim = 0  # the least a cache must keep; an implementation may still store a separate V copy
     if heads % kv_heads:
@@ -242,8 +241,7 @@ def kv_cache_table(config: Mapping[str, Any] | str, seq_lens: Any = DEFAULT_SEQ_
     seq_lens = [int(_checks.number("seq_lens entry", n, integer=True, min_value=0)) for n in seq_lens]
     if not seq_lens:
         raise ValueError("seq_lens must hold at least one length, got an empty sequence")
-    if not isinstance(markdown, bool):
-        raise TypeError(f"markdown must be a bool, got {type(markdown).__name__} {markdown!r}")
+    _checks.flag("markdown", markdown)
     nbytes = _dtype_bytes(dtype_bytes)
     index_values = indexer_values_per_layer(flat)
     attn = without_indexer(flat) if index_values else flat

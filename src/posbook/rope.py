@@ -107,9 +107,7 @@ def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, *, attention_f
     _checks.tensor("inv_freq", inv_freq, ndim=1, floating=True)
     if inv_freq.numel() == 0:
         raise ValueError("inv_freq must hold at least one frequency, got an empty tensor")
-    if not isinstance(mrope_interleaved, bool):
-        raise TypeError(f"mrope_interleaved must be a bool, got {type(mrope_interleaved).__name__} "
-                        f"{mrope_interleaved!r}")
+    _checks.flag("mrope_interleaved", mrope_interleaved)
     if mrope_section is None:
         if mrope_interleaved:
             raise ValueError("mrope_interleaved=True needs mrope_section, got None")

@@ -332,8 +332,7 @@ def _ramp_blend(spec: RopeSpec, factor: float) -> torch.Tensor:
         # Equal is allowed: Kimi K2 sets both to 1, which turns the ramp into a step at one turn.
         raise ValueError(f"beta_fast must be >= beta_slow (turns over the original length), got {beta_fast} < {beta_slow}")
     truncate = spec.params.get("truncate", True)
-    if not isinstance(truncate, bool):
-        raise TypeError(f"truncate must be a bool, got {type(truncate).__name__} {truncate!r}")
+    _checks.flag("truncate", truncate)
     low, high = yarn_ramp_bounds(spec.rotary_dim, spec.rope_theta, spec.params["original_max_position_embeddings"],
                                  beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate)
     if low == high:
@@ -553,8 +552,7 @@ def rope_parameters(config: Mapping[str, Any], seq_len: int | None = None, *, la
 def _mrope_layout(spec: RopeSpec) -> tuple[tuple[int, int, int], bool] | None:
     section, interleaved = spec.params.get("mrope_section"), spec.params.get("mrope_interleaved")
     interleaved = False if interleaved is None else interleaved
-    if not isinstance(interleaved, bool):
-        raise TypeError(f"mrope_interleaved must be a bool, got {type(interleaved).__name__} {interleaved!r}")
+    _checks.flag("mrope_interleaved", interleaved)
     if section is None:
         if interleaved:
             raise ValueError("mrope_interleaved=True needs mrope_section in the rope dict, got none")
