@@ -19,6 +19,11 @@ def test_holding_claims_return_values_and_fill_the_table():
     md, html = table._repr_markdown_(), table._repr_html_()
     assert "5 claims checked" in md and "5 claims checked" in html
     assert md.count("\n| ") == 6        # header + 5 rows
+    # closed in a dropdown, one anchor per row for links from the prose
+    assert md.startswith("````{dropdown} 5 claims checked, all hold.") and md.endswith("\n````")
+    assert [f'<span id="claim-{k}">' in md and f'<tr id="claim-{k}">' in html for k in "abcde"] == [True] * 5
+    assert table.badge.text == "✓ 5 claims recomputed when this page was built, all hold"
+    assert 'href="#claims-checked"' in table.badge._repr_markdown_()
     c2 = Claims("x")
     c2.close("k", "cited", 1.0, 1.0, source="su2021roformer")
     assert "{cite:p}`su2021roformer`" in c2.table()._repr_markdown_()
@@ -71,8 +76,9 @@ def test_a_skipped_claim_is_listed_as_not_checked_with_its_reason(capsys, monkey
     table = c.table()
     md, html = table._repr_markdown_(), table._repr_html_()
     assert "1 claims checked, all hold. 1 not checked here" in md and "1 not checked here" in html
-    assert md.splitlines()[-1] == ("| 2 | transformers agrees | not checked here | transformers is not installed here "
-                                   "| {cite:p}`wolf2020transformers` | – |")
+    assert md.splitlines()[-2] == ('| <span id="claim-hf-same"></span>2 | transformers agrees | not checked here | '
+                                   "transformers is not installed here | {cite:p}`wolf2020transformers` | – |")
+    assert table.badge.text == "✓ 1 claim recomputed when this page was built, all hold; 1 not checked here"
     assert "not checked here" in repr(table)
     with pytest.raises(ValueError, match="already used"):
         c.holds("hf.same", "checked after all", True)
@@ -160,3 +166,21 @@ def test_glue_and_sci_refuse_what_prose_cannot_show():
         pb.sci(True)
     with pytest.raises(ValueError, match="digits"):
         pb.sci(1.0, 17)
+
+
+def test_the_table_glues_its_badge_for_the_top_of_the_page(monkeypatch):
+    glued = {}
+    monkeypatch.setattr("posbook.claims.glue", lambda name, value: glued.__setitem__(name, value))
+    c = Claims("t")
+    c.holds("a.b", "one", True)
+    c.holds("a.c", "two", True)
+    table = c.table()
+    assert glued["claims.badge"] == table.badge and glued["claims.badge"].checked == 2
+
+
+def test_claim_anchors_are_html_ids():
+    from posbook.claims import claim_anchor
+    assert claim_anchor("table.moves") == "claim-table-moves"
+    assert claim_anchor("fp32 angle/1M") == "claim-fp32-angle-1M"
+    with pytest.raises(TypeError, match="key"):
+        claim_anchor(3)

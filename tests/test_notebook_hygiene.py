@@ -60,3 +60,13 @@ def test_chapter_declares_kind_and_ends_with_claims_table(path):
 def test_launch_buttons_point_to_colab():
     assert CONFIG["launch_buttons"]["colab_url"].startswith("https://colab.research.google.com")
     assert CONFIG["repository"]["url"].startswith("https://github.com/")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_shows_its_claims_badge_under_the_title(path):
+    # posbook.Claims.table() glues the badge; the title cell shows it, so the count is the first thing one reads
+    nb = json.loads(path.read_text())
+    title = "".join(nb["cells"][0]["source"])
+    assert title.startswith("# ") and "```{glue:md} claims.badge" in title.split("\n\n")[1], path.name
+    lines = [line for c in nb["cells"] if c["cell_type"] == "markdown" for line in "".join(c["source"]).splitlines()]
+    assert "## Claims checked" in lines, f"{path.name}: the badge links to the 'Claims checked' section"

@@ -79,6 +79,13 @@ def test_page(page_path, book_url, browser):
         " && !(s.parentElement && s.parentElement.querySelector('.widget-subarea, .jupyter-widgets'))).length")
     assert widgets_failed == 0, f"{page_path}: {widgets_failed} widgets were not rendered"
 
+    # Links within the page (the claims badge, {claim} links from the prose to a row of the claims table) land
+    # on something; a link to a claim the page no longer checks would otherwise go nowhere, silently.
+    dangling = page.evaluate(
+        "() => [...document.querySelectorAll('article a[href^=\"#\"]')].map(a => a.getAttribute('href').slice(1))"
+        ".filter(id => id && !document.getElementById(decodeURIComponent(id)))")
+    assert dangling == [], f"{page_path}: links to nothing on the page: {dangling}"
+
     assert external == [], f"{page_path}: requests leaving the machine: {external}"
     assert failed == [], f"{page_path}: failed requests: {failed}"
     console_errors = [m for m in console_errors if not m.startswith(THEME_NOISE)]

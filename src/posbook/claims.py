@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
@@ -236,16 +237,58 @@ class Claims:
         return tuple(self._skipped)
 
     def table(self) -> "ClaimsTable":
-        """The "claims checked" table (claims not checked here last); display it as the last output of the chapter."""
+        """The "claims checked" table (claims not checked here last); display it as the last output of the chapter.
+
+        It also glues the table's one-line badge under the key ``claims.badge``, for the top of the page
+        (``{glue:md}`claims.badge```): the count a reader sees first is the count of the table at the end.
+        """
         if not self._claims:
             raise ValueError("no claims were checked in this chapter")
-        return ClaimsTable(self.chapter, tuple(self._claims) + tuple(self._skipped))
+        table = ClaimsTable(self.chapter, tuple(self._claims) + tuple(self._skipped))
+        glue("claims.badge", table.badge)
+        return table
+
+
+def claim_anchor(key: str) -> str:
+    """The HTML id of a claim's row in the claims table, for links from the prose (``{claim}`text <key>```)."""
+    _checks.text("key", key)
+    return "claim-" + re.sub(r"[^A-Za-z0-9_-]+", "-", key)
+
+
+@dataclass(frozen=True)
+class ClaimsBadge:
+    """One line for the top of a page: how many claims the page recomputed, linked to its table."""
+
+    checked: int
+    unchecked: int
+
+    @property
+    def text(self) -> str:
+        noun = "claim" if self.checked == 1 else "claims"
+        text = f"✓ {self.checked:,} {noun} recomputed when this page was built, all hold"
+        return text + (f"; {self.unchecked} not checked here" if self.unchecked else "")
+
+    def _repr_markdown_(self) -> str:
+        # Raw HTML inside MyST: a link to the section the table sits in (its heading is "Claims checked").
+        return f'<a class="posbook-claims-badge" href="#{TABLE_SECTION}">{html.escape(self.text)}</a>'
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+# The id Sphinx gives the "## Claims checked" heading that every chapter ends with.
+TABLE_SECTION = "claims-checked"
 
 
 @dataclass(frozen=True)
 class ClaimsTable:
     chapter: str
     claims: tuple[Claim, ...]
+
+    @property
+    def badge(self) -> ClaimsBadge:
+        checked = sum(c.checked for c in self.claims)
+        return ClaimsBadge(checked, len(self.claims) - checked)
 
     def _headline(self) -> str:
         checked = sum(c.checked for c in self.claims)
@@ -254,28 +297,32 @@ class ClaimsTable:
         return text + (f" {unchecked} not checked here (marked –)." if unchecked else "")
 
     def _repr_markdown_(self) -> str:
-        # MyST markdown: the book renders the citations and links them to the bibliography.
+        # MyST markdown: the book renders the citations and links them to the bibliography. The table sits in a
+        # closed dropdown (sphinx-design), so the page reads without it; each row carries its claim's anchor, and
+        # a link to that anchor opens the dropdown.
         def cell(text: str) -> str:
             return text.replace("|", "\\|").replace("\n", " ")
         rows = ["| # | claim | computed | expected | source | |", "|---|---|---|---|---|---|"]
         for i, c in enumerate(self.claims, 1):
             source = f"{{cite:p}}`{c.source}`" if c.source else ""
             computed = f"`{cell(c.computed)}`" if c.checked else cell(c.computed)
-            rows.append(f"| {i} | {cell(c.statement)} | {computed} | {cell(c.expected)} | {source} | "
-                        f"{'✓' if c.checked else '–'} |")
-        return f"**{self._headline()}**\n\n" + "\n".join(rows)
+            rows.append(f'| <span id="{claim_anchor(c.key)}"></span>{i} | {cell(c.statement)} | {computed} | '
+                        f"{cell(c.expected)} | {source} | {'✓' if c.checked else '–'} |")
+        fence = "````"  # longer than any backtick run a claim's text can hold
+        return (f"{fence}{{dropdown}} {self._headline()} Show the table\n:class-container: posbook-claims\n\n"
+                + "\n".join(rows) + f"\n{fence}")
 
     def _repr_html_(self) -> str:
         esc = html.escape
 
         def row(i: int, c: Claim) -> str:
             computed = f"<code>{esc(c.computed)}</code>" if c.checked else esc(c.computed)
-            return (f"<tr><td>{i}</td><td>{esc(c.statement)}</td><td>{computed}</td><td>{esc(c.expected)}</td>"
-                    f"<td>{esc(c.source or '')}</td><td>{'✓' if c.checked else '–'}</td></tr>")
+            return (f'<tr id="{claim_anchor(c.key)}"><td>{i}</td><td>{esc(c.statement)}</td><td>{computed}</td>'
+                    f"<td>{esc(c.expected)}</td><td>{esc(c.source or '')}</td><td>{'✓' if c.checked else '–'}</td></tr>")
         body = "".join(row(i, c) for i, c in enumerate(self.claims, 1))
-        return (f"<p><b>{esc(self._headline())}</b></p><table>"
+        return (f"<details><summary><b>{esc(self._headline())}</b> Show the table</summary><table>"
                 "<tr><th>#</th><th>claim</th><th>computed</th><th>expected</th><th>source</th><th></th></tr>"
-                f"{body}</table>")
+                f"{body}</table></details>")
 
     def __repr__(self) -> str:
         checked = sum(c.checked for c in self.claims)
