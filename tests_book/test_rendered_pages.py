@@ -1,5 +1,5 @@
-"""Every built page, as a reader's browser shows it: math typeset, images loaded, no error output, and not one
-request leaving the machine (MathJax and the widget manager are served by the book itself)."""
+"""Every built page, as a reader's browser shows it: math typeset, images loaded, no error output, one way to search,
+and not one request leaving the machine (MathJax and the widget manager are served by the book itself)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ SKIP = {"genindex.html", "search.html", "py-modindex.html"}
 PAGES = sorted(str(p.relative_to(HTML)) for p in HTML.rglob("*.html")
                if p.name not in SKIP and "_static" not in p.parts and "_sources" not in p.parts)
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
-# Console messages the book theme itself prints on every page (the theme switcher logs its default); anything else
-# in the console is an error of ours.
-# The widget manager (html-manager 1.x) also tries MathJax 2's MathJax.Hub.Queue to typeset widget labels; the
-# book serves MathJax 3, our labels hold no math, and the widgets render (checked below).
-THEME_NOISE = ("Got invalid theme mode",
-               "Cannot read properties of undefined (reading 'Queue')")
+# The search fields and buttons a reader could see; the search dialog's own field shows only once one is pressed.
+SEARCH_CONTROLS = "input[type=search], .search-button__button"
+VISIBLE_SEARCH = (f"() => [...document.querySelectorAll('{SEARCH_CONTROLS}')]"
+                  ".filter(e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden').length")
 
 
 def test_book_has_pages():
@@ -67,6 +65,11 @@ def test_page(page_path, book_url, browser):
             " && Math.abs((i.clientWidth / i.clientHeight) / (i.naturalWidth / i.naturalHeight) - 1) > 0.02)"
             ".map(i => `${i.src.split('/').pop()} ${i.clientWidth}x${i.clientHeight}`)")
         assert squashed == [], f"{page_path}: images out of their aspect ratio at {width} px: {squashed}"
+        # One way to search (the sidebar's field on a desktop, the header's button on a phone), and it opens search.
+        assert page.evaluate(VISIBLE_SEARCH) == 1, f"{page_path}: not exactly one search field or button at {width} px"
+        page.locator(SEARCH_CONTROLS).locator("visible=true").click()
+        page.locator("#pst-search-dialog input[type=search]").wait_for(state="visible", timeout=5000)
+        page.keyboard.press("Escape")
 
     errors = page.evaluate(
         "() => [...document.querySelectorAll('.cell_output .traceback, .cell_output .stderr, .output.traceback,"
@@ -88,6 +91,5 @@ def test_page(page_path, book_url, browser):
 
     assert external == [], f"{page_path}: requests leaving the machine: {external}"
     assert failed == [], f"{page_path}: failed requests: {failed}"
-    console_errors = [m for m in console_errors if not m.startswith(THEME_NOISE)]
     assert console_errors == [], f"{page_path}: browser console errors: {console_errors}"
     page.close()

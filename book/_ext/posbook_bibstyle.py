@@ -2,25 +2,35 @@
 
 sphinxcontrib-bibtex labels the reference list with alpha keys ("[SLP+21]") by default, and its author-year
 citations cannot tell two entries of one author and year apart. This style labels each entry "Su et al., 2021"
-(2021a, 2021b where needed) and sorts the list by author, year and title; the book cites with these labels
+(2021a, 2021b where needed) and sorts the list by that label and then title; the book cites with these labels
 (bibtex_reference_style "posbook_label"), so the text and the list use the same, unambiguous names. A
 parenthetical citation reads "[Su et al., 2021]"; a textual one ({cite:t}) reads "Su et al. (2021)", one link made
 from the same label, rather than the stock label style's "Su et al. [Su et al., 2021]".
+
+The reference list has several sections, one bibliography directive each, and each directive labels its own
+entries; the letters are given over the whole .bib, so that two entries of one author and year still differ when
+they are listed in different sections ("Ye et al., 2024a" is code, "Ye et al., 2024b" the paper).
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from pybtex.plugin import register_plugin
 from pybtex.richtext import Text
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
-from pybtex.style.sorting.author_year_title import SortingStyle
+from pybtex.style.sorting import BaseSortingStyle
 from sphinxcontrib.bibtex.plugin import register_plugin as register_bibtex_plugin
 from sphinxcontrib.bibtex.style.referencing import BaseReferenceStyle, BracketStyle
 from sphinxcontrib.bibtex.style.referencing.label import LabelReferenceStyle
 from sphinxcontrib.bibtex.style.template import join2, node, post_text, pre_text, reference
+
+
+def _plain(latex: str) -> str:
+    return Text.from_latex(latex).render_as("text")
 
 
 def _names(entry) -> str:
@@ -28,7 +38,7 @@ def _names(entry) -> str:
     if not people:
         return entry.fields.get("organization", entry.key)
     def last(person) -> str:
-        return Text.from_latex(" ".join(person.prelast_names + person.last_names)).render_as("text")
+        return _plain(" ".join(person.prelast_names + person.last_names))
 
     if len(people) == 1:
         return last(people[0])
@@ -37,25 +47,50 @@ def _names(entry) -> str:
     return f"{last(people[0])} et al."
 
 
+def _year(entry) -> str:
+    return entry.fields.get("year", "n.d.")
+
+
+def _natural(text: str) -> list:
+    """Case-insensitive, numbers by value: "vllm #941" before "vllm #3488"."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text.casefold())]
+
+
+def sorting_key(entry) -> tuple:
+    """By the label as the reader sees it (names, year), then title: braces and TeX in the .bib do not count."""
+    return _natural(_names(entry)), _year(entry), _natural(_plain(entry.fields.get("title", "")))
+
+
+class AuthorYearSorting(BaseSortingStyle):
+    def sorting_key(self, entry):
+        return sorting_key(entry)
+
+
+# entry key -> "", "a", "b", ...: set from every entry of the book's .bib files when the build starts.
+_SUFFIXES: dict[str, str] = {}
+
+
+def _letter_entries(app) -> None:
+    entries = sorted(app.env.get_domain("cite").bibdata.data.entries.values(), key=sorting_key)
+    bases = [(_names(entry), _year(entry)) for entry in entries]
+    counts, seen = Counter(bases), Counter()
+    _SUFFIXES.clear()
+    for entry, base in zip(entries, bases):
+        _SUFFIXES[entry.key] = "abcdefghijklmnopqrstuvwxyz"[seen[base]] if counts[base] > 1 else ""
+        seen[base] += 1
+
+
 class AuthorYearLabels(BaseLabelStyle):
-    """"Su et al., 2021"; entries that would share a label get 2021a, 2021b, ... in list order."""
+    """"Su et al., 2021"; entries of the book that would share a label get 2021a, 2021b, ... in sorted order."""
 
     def format_labels(self, sorted_entries):
-        entries = list(sorted_entries)
-        bases = [(_names(entry), entry.fields.get("year", "n.d.")) for entry in entries]
-        counts = {base: bases.count(base) for base in bases}
-        seen: dict = {}
-        for names, year in bases:
-            suffix = ""
-            if counts[(names, year)] > 1:
-                suffix = "abcdefghijklmnopqrstuvwxyz"[seen.get((names, year), 0)]
-                seen[(names, year)] = seen.get((names, year), 0) + 1
-            yield f"{names}, {year}{suffix}"
+        for entry in sorted_entries:
+            yield f"{_names(entry)}, {_year(entry)}{_SUFFIXES[entry.key]}"
 
 
 class AuthorYearStyle(UnsrtStyle):
     default_label_style = AuthorYearLabels
-    default_sorting_style = SortingStyle
+    default_sorting_style = AuthorYearSorting
 
 
 @node
@@ -96,4 +131,6 @@ def setup(app):
     register_bibtex_plugin("sphinxcontrib.bibtex.style.referencing", "posbook_label", PosbookLabelReferenceStyle)
     register_plugin("pybtex.style.labels", "posbook_author_year", AuthorYearLabels)
     register_plugin("pybtex.style.formatting", "posbook_author_year", AuthorYearStyle)
+    # After sphinxcontrib-bibtex's own handler (priority 500), which reads the .bib files.
+    app.connect("builder-inited", _letter_entries, priority=600)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
