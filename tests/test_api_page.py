@@ -33,10 +33,6 @@ DIRECTIVES = list(directives())
 PUBLIC_MODULES = ["posbook"] + sorted(
     m.name for m in pkgutil.walk_packages(pb.__path__, "posbook.")
     if not any(part.startswith("_") for part in m.name.split(".")))
-# Modules without a page until their docstrings pass the strict build; strict xfail, so a page added fails the test
-# until the module leaves this list. posbook.diagrams: napoleon reads the "...: ..." first lines of ROLE_FILLS and
-# SIDE_STAGES as types, and Diagram's :attr:`svg` names an attribute no docstring documents.
-NO_PAGE_YET = {"posbook.diagrams"}
 
 
 def documented_on_page(obj) -> bool:
@@ -56,9 +52,7 @@ def test_public_name_has_a_docstring_and_a_place_on_the_api_pages(name):
         assert documented_on_page(obj), f"{name} ({obj.__module__}) is not rendered by the pages under book/api"
 
 
-@pytest.mark.parametrize("module", [
-    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="no API page yet")) if m in NO_PAGE_YET else m
-    for m in PUBLIC_MODULES])
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
 def test_public_module_is_on_exactly_one_api_page(module):
     pages = [page.relative_to(ROOT) for page, documented, _ in DIRECTIVES if documented == module]
     assert len(pages) == 1, f"{module} is rendered by {pages or 'no page'} (book/api.md and book/api/*.md)"

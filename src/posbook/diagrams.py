@@ -45,14 +45,14 @@ ROLE_FILLS = {
     "cache": "#f0d67e",      # what is kept for the next token
     "input": "#d9d9d9",      # inputs and outputs
 }
-"""Fill per role, shared by every diagram: a stage keeps its colour from figure to figure."""
+"""The fill of each role, shared by every diagram, so that a stage keeps its colour from figure to figure."""
 
 PLANE_FILLS = ("#8fb8e0", "#f2a97e", "#9fd49a", "#d7a6e0", "#f2d47f", "#8fd3cf", "#e8a0b4", "#c9c77e")
 """Fills of the rotation planes in :func:`rope_rotation_and_layouts` (head_dim ≤ 16: at most eight planes)."""
 
 
 class Diagram:
-    """An SVG figure: shown by Jupyter and myst-nb as ``image/svg+xml``, its text in :attr:`svg`."""
+    """An SVG figure: shown by Jupyter and myst-nb as ``image/svg+xml``, its text in ``svg``."""
 
     def __init__(self, svg: str, title: str, desc: str):
         self.svg = svg
@@ -163,7 +163,8 @@ SIDE_STAGES: tuple[Stage, ...] = (
     Stage("frequencies", "frequencies θᵢ", f"{len(ROPE_TYPES)} rope types", "scaling.py", "position"),
     Stage("kv_cache", "KV cache", "k after RoPE, and v", "kvcache.py", "cache"),
 )
-"""Beside the spine: positions → frequencies feed the rotation; the KV cache keeps rotated keys and the values."""
+"""The stages beside the spine, where positions and frequencies feed the rotation and the KV cache keeps the rotated
+keys and the values."""
 
 MAX_TAGS = 4
 """The most chapter tags one stage shows."""
