@@ -3,6 +3,14 @@
 ``{claim}`text <key>``` links prose to the row of a claim in the page's claims table (posbook.claims gives each row
 the id ``claim_anchor(key)``); the page check in tests_book fails on a link whose row does not exist.
 
+``{posbook-diagram} name`` draws ``posbook.diagrams.<name>()`` into a Markdown page (a chapter shows a diagram as
+the output of a cell), inline, so that it takes the page's text colour in dark mode. ``:chapters:`` passes a JSON
+object of keyword arguments' ``chapters`` mapping.
+
+A figure glued from another page (``{glue}`` with ``:doc:``) names its image by the hash of the glued PNG, and
+myst-nb writes no such file unless that page displays the very same bytes; the missing images are written from
+the glue caches.
+
 sphinx-thebe adds its inline configuration script each time the environment reads documents, and Jupyter Book's
 build reads twice, so every page declared ``const THEBE_JS_URL`` twice and logged a SyntaxError. Inline scripts
 are kept once each, in order.
@@ -10,10 +18,16 @@ are kept once each, in order.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import re
+from pathlib import Path
 
 from docutils import nodes
+from docutils.parsers.rst import Directive, directives
 
+from posbook import diagrams
 from posbook.claims import claim_anchor
 
 _TEXT_AND_KEY = re.compile(r"^(?P<text>.+?)\s*<(?P<key>[^<>]+)>$", re.DOTALL)
@@ -26,6 +40,43 @@ def _claim_role(name, rawtext, text, lineno, inliner, options=None, content=None
         return [inliner.problematic(rawtext, rawtext, message)], [message]
     link = nodes.reference(rawtext, match["text"], internal=True, refuri="#" + claim_anchor(match["key"]))
     return [link], []
+
+
+class DiagramDirective(Directive):
+    required_arguments = 1
+    option_spec = {"chapters": directives.unchanged}
+
+    def run(self):
+        name = self.arguments[0]
+        draw = getattr(diagrams, name, None)
+        if name.startswith("_") or not callable(draw):
+            raise self.error(f"posbook.diagrams has no diagram {name!r}")
+        kwargs = {"chapters": json.loads(self.options["chapters"])} if "chapters" in self.options else {}
+        svg = draw(**kwargs).svg
+        return [nodes.raw("", f'<figure class="posbook-diagram">{svg}</figure>', format="html")]
+
+
+def _write_glued_images(app, doctree, docname) -> None:
+    images = Path(app.builder.outdir) / app.builder.imagedir
+    wanted = {}
+    for node in doctree.findall(nodes.image):
+        name = Path(node["uri"]).name
+        if re.fullmatch(r"[0-9a-f]{64}\.png", name) and not (images / name).exists():
+            wanted[name[:-4]] = name
+    if not wanted:
+        return
+    for cache in Path(app.env.mystnb_config.output_folder).rglob("*.glue.json"):
+        for output in json.loads(cache.read_text()).values():
+            data = output.get("data", {}).get("image/png")
+            if data is None:
+                continue
+            png = base64.b64decode(data)
+            digest = hashlib.sha256(png).hexdigest()
+            if digest in wanted:
+                images.mkdir(parents=True, exist_ok=True)
+                (images / wanted.pop(digest)).write_bytes(png)
+    if wanted:
+        raise RuntimeError(f"{docname}: glued images found in no glue cache: {sorted(wanted.values())}")
 
 
 def _unique_scripts(app, pagename, templatename, context, doctree) -> None:
@@ -45,6 +96,8 @@ def _unique_scripts(app, pagename, templatename, context, doctree) -> None:
 
 def setup(app):
     app.add_role("claim", _claim_role)
+    app.add_directive("posbook-diagram", DiagramDirective)
+    app.connect("doctree-resolved", _write_glued_images)
     # Early: html-page-context stops at the first handler that returns a template name. The duplicates are added
     # before any page is written; handlers that add a page's own scripts run later, on the same list.
     app.connect("html-page-context", _unique_scripts, priority=100)
