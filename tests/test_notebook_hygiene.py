@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from run_notebooks import toc_files  # noqa: E402  (the one reader of _toc.yml)
+from tidy_notebooks import MANAGED_TAGS, _is_check_call, tidied_text  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -70,3 +72,20 @@ def test_chapter_shows_its_claims_badge_under_the_title(path):
     assert title.startswith("# ") and "```{glue:md} claims.badge" in title.split("\n\n")[1], path.name
     lines = [line for c in nb["cells"] if c["cell_type"] == "markdown" for line in "".join(c["source"]).splitlines()]
     assert "## Claims checked" in lines, f"{path.name}: the badge links to the 'Claims checked' section"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_tidy(path):
+    # checks in cells of their own, every cell tagged by its role, code formatted at 88 columns
+    assert tidied_text(path) == path.read_text(), f"run: python tools/tidy_notebooks.py {path.relative_to(ROOT)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_shown_code_checks_and_glues_nothing(path):
+    # what a reader sees is the code that teaches; claim checks and glue are in hidden or removed cells
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or set(cell["metadata"].get("tags", [])) & set(MANAGED_TAGS):
+            continue
+        tree = ast.parse("".join(cell["source"]))
+        assert not any(_is_check_call(n) for n in ast.walk(tree)), f"{path.name} cell {i} shows a check"
