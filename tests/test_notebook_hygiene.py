@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -89,3 +90,17 @@ def test_shown_code_checks_and_glues_nothing(path):
             continue
         tree = ast.parse("".join(cell["source"]))
         assert not any(_is_check_call(n) for n in ast.walk(tree)), f"{path.name} cell {i} shows a check"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_ends_with_takeaways_tied_to_their_evidence(path):
+    # 3-5 bullets just before the claims table, each linked to the figure or claim behind it
+    nb = json.loads(path.read_text())
+    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    heading = "What this page tells you" if path.stem == "inspect_your_model" else "Key takeaways"
+    section = re.search(rf"^## {heading}\n(.*?)^## Claims checked$", text, re.S | re.M)
+    assert section, f"{path.name}: no '## {heading}' section right before '## Claims checked'"
+    bullets = re.findall(r"^- (.*?)(?=^- |\Z)", section.group(1), re.S | re.M)
+    assert 3 <= len(bullets) <= 5, f"{path.name}: {len(bullets)} takeaways"
+    for bullet in bullets:
+        assert re.search(r"\{(claim|numref|ref)\}`", bullet), f"{path.name}: takeaway without evidence: {bullet[:80]}"

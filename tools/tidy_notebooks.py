@@ -53,14 +53,13 @@ TABLE = re.compile(r"\bdisplay\((Markdown|HTML)\(")
 SETUP = re.compile(r"^claims = pb\.Claims\(", re.M)
 # Calls a moved check may make: they compute from their arguments and change nothing (no random numbers).
 PURE_CALLS = {
-    "abs", "all", "any", "bool", "dict", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min",
-    "range", "round", "set", "sorted", "str", "sum", "tuple", "zip", "format", "sci",
-    "item", "tolist", "numel", "size", "dim", "float", "double", "abs", "max", "min", "sum", "mean", "all",
-    "any", "isfinite", "isnan", "isclose", "allclose", "equal", "eq", "ne", "le", "lt", "ge", "gt", "norm",
-    "amax", "amin", "argmax", "argmin", "sqrt", "square", "log", "log2", "log10", "exp", "std", "var", "values",
-    "keys", "items", "get", "count", "index", "join", "prod", "diff", "flatten", "ravel", "squeeze", "tensor",
-    "isinf", "real", "imag", "sign", "floor", "ceil", "clone", "to", "cpu", "numpy", "upper", "lower", "strip",
-    "replace", "startswith", "endswith", "split", "total_seconds", "fsum", "isqrt", "pi", "e", "inf",
+    "abs", "all", "allclose", "amax", "amin", "any", "argmax", "argmin", "bool", "ceil", "clone", "count", "cpu",
+    "dict", "diff", "dim", "double", "endswith", "enumerate", "eq", "equal", "exp", "flatten", "float", "floor",
+    "format", "fsum", "ge", "get", "gt", "imag", "index", "int", "isclose", "isfinite", "isinf", "isinstance",
+    "isnan", "isqrt", "item", "items", "join", "keys", "le", "len", "list", "log", "log10", "log2", "lower", "lt",
+    "max", "mean", "min", "ne", "norm", "numel", "numpy", "prod", "range", "ravel", "real", "replace", "round",
+    "sci", "set", "sign", "size", "sorted", "split", "sqrt", "square", "squeeze", "startswith", "std", "str",
+    "strip", "sum", "tensor", "to", "tolist", "total_seconds", "tuple", "upper", "values", "var", "zip",
 }
 PURE_MODULES = {"math", "torch", "np", "numpy"}  # math.log(...), torch.allclose(...): only PURE_CALLS names
 
