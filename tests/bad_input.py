@@ -375,6 +375,7 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.Claims.table": method(lambda: (lambda c: (c.holds("probe.one", "one holds", True), c)[1])(_claims())),
     "posbook.glue": S(lambda: dict(name="probe", value=1.5, display=False), value="any value"),   # anything but None
     "posbook.sci": S(lambda: dict(x=3.8e7, digits=1)),
+    "posbook.join_names": S(lambda: dict(names=["RoPE", "iRoPE, no QK-Norm in NoPE"], empty="none")),
     "posbook.default_device": S(dict),
     # experiments: compare
     "posbook.experiments.compare.relative_change": S(lambda: dict(value=1.1, baseline=1.0)),

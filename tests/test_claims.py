@@ -184,3 +184,20 @@ def test_claim_anchors_are_html_ids():
     assert claim_anchor("fp32 angle/1M") == "claim-fp32-angle-1M"
     with pytest.raises(TypeError, match="key"):
         claim_anchor(3)
+
+
+def test_join_names_reads_unambiguously():
+    from posbook import join_names
+    assert join_names([]) == "none" and join_names([], empty="no scheme") == "no scheme"
+    assert join_names(["RoPE"]) == "RoPE"
+    assert join_names(["RoPE", "ALiBi"]) == "RoPE and ALiBi"
+    assert join_names(iter(["RoPE", "ALiBi", "T5"])) == "RoPE, ALiBi and T5"
+    # a name with a comma of its own: semicolons, so "iRoPE, no QK-Norm in NoPE" stays one name
+    assert join_names(["RoPE (SSSL)", "iRoPE, no QK-Norm in NoPE", "iRoPE"]) == \
+        "RoPE (SSSL); iRoPE, no QK-Norm in NoPE; and iRoPE"
+    with pytest.raises(TypeError, match="names"):
+        join_names("RoPE")
+    with pytest.raises(TypeError, match=r"names\[1\]"):
+        join_names(["RoPE", 3])
+    with pytest.raises(ValueError, match=r"names\[0\]"):
+        join_names([" "])

@@ -272,20 +272,22 @@ def tidy(nb: dict) -> dict:
     return dict(nb, cells=cells)
 
 
-def ruff_format(path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "ruff", "format", "--quiet", "--no-cache", "--isolated",
-                    f"--line-length={LINE_LENGTH}", str(path)], check=True)
+def ruff_format(path: Path, name: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "ruff", "format", "--quiet", "--no-cache", "--isolated",
+                           f"--line-length={LINE_LENGTH}", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:  # ruff names the cell it cannot parse
+        raise SystemExit(f"ruff format failed on {name}:\n{done.stderr.replace(str(path), name)}")
 
 
 def dump(nb: dict) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
-def formatted(nb: dict) -> dict:
+def formatted(nb: dict, name: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "notebook.ipynb"
         out.write_text(dump(nb))
-        ruff_format(out)
+        ruff_format(out, name)
         return json.loads(out.read_text())
 
 
@@ -296,7 +298,7 @@ def tidied_text(path: Path) -> str:
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
             cell["source"] = lift_long_comments("".join(cell["source"])).splitlines(keepends=True)
-    nb = formatted(tidy(formatted(nb)))
+    nb = formatted(tidy(formatted(nb, path.name)), path.name)
     return dump(nb)  # ruff writes the JSON in its own layout; store it in ours
 
 

@@ -71,6 +71,27 @@ def sci(x: Any, digits: int = 1) -> str:
     return f"{mantissa.replace('-', '−')}\u00a0×\u00a010{str(int(exponent)).translate(_SUPERSCRIPT)}"
 
 
+def join_names(names: Any, *, empty: str = "none") -> str:
+    """Names for prose: "A", "A and B", "A, B and C", and ``empty`` for none. When a name holds a comma or an "and"
+    of its own ("iRoPE, no QK-Norm in NoPE"), semicolons separate the names ("A; B, C; and D"), so a reader can
+    tell where each one ends."""
+    _checks.text("empty", empty)
+    if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
+        raise TypeError(f"names must be an iterable of strings, got {type(names).__name__} {names!r}")
+    names = list(names)
+    for i, name in enumerate(names):
+        _checks.text(f"names[{i}]", name)
+        if not name.strip():
+            raise ValueError(f"names[{i}] must not be blank, got {name!r}")
+    if not names:
+        return empty
+    if len(names) == 1:
+        return names[0]
+    if any("," in n or " and " in n for n in names):
+        return "; ".join(names[:-1]) + "; and " + names[-1]
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return str(value)
