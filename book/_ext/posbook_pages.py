@@ -60,9 +60,12 @@ def _write_glued_images(app, doctree, docname) -> None:
     images = Path(app.builder.outdir) / app.builder.imagedir
     wanted = {}
     for node in doctree.findall(nodes.image):
-        name = Path(node["uri"]).name
-        if re.fullmatch(r"[0-9a-f]{64}\.png", name) and not (images / name).exists():
-            wanted[name[:-4]] = name
+        uri = Path(node["uri"])
+        # A page's own outputs still point into the execution folder here (Sphinx copies them to _images when
+        # it has written every page); a glued one from another page already points into _images.
+        if uri.parent.name == app.builder.imagedir and re.fullmatch(r"[0-9a-f]{64}\.png", uri.name) \
+                and not (images / uri.name).exists():
+            wanted[uri.stem] = uri.name
     if not wanted:
         return
     for cache in Path(app.env.mystnb_config.output_folder).rglob("*.glue.json"):

@@ -255,14 +255,15 @@ def attention_data_flow(chapters: Mapping[str, Sequence[str]] | None = None) -> 
                   data_role=pos.role),
              _text(left_x + 12, pos_y + 16, pos.label, anchor="start", fill=INK, weight="600"),
              _text(left_x + 12, pos_y + 35, "of queries and keys", size=13, anchor="start", fill=INK)]
-    body += _tags(left_x + left_w - 8, pos_y + 35, tags.get("positions", ()), "positions")
+    # The side boxes are narrow: their tags sit just below them, where the column is empty.
+    body += _tags(left_x + left_w - 4, pos_y + h + 16, tags.get("positions", ()), "positions")
     body += [_box(left_x, freq_y, left_w, 64, ROLE_FILLS[freq.role], class_="stage", data_stage=freq.key,
                   data_role=freq.role),
              _text(left_x + 12, freq_y + 16, freq.label, anchor="start", fill=INK, weight="600"),
              _text(left_x + 12, freq_y + 35, freq.variants, size=13, anchor="start", fill=INK),
              _text(left_x + 12, freq_y + 53, freq.module, size=13, anchor="start", fill=INK, family=MONO,
                    opacity=0.75, class_="module")]
-    body += _tags(left_x + left_w - 8, freq_y + 53, tags.get("frequencies", ()), "frequencies")
+    body += _tags(left_x + left_w - 4, freq_y + 64 + 16, tags.get("frequencies", ()), "frequencies")
     body.append(_line([(left_x + left_w / 2, pos_y + h), (left_x + left_w / 2, freq_y - 2)], ids=ids))
     body.append(_line([(left_x + left_w, freq_y + h / 2), (spine_x - 2, freq_y + h / 2)], ids=ids))
     body.append(_text((left_x + left_w + spine_x) / 2, freq_y + h / 2 - 12, "cos, sin", size=13))
