@@ -329,6 +329,14 @@ def _node(x: float, y: float, label: str, fill: str, r: float = 14) -> list[str]
             _text(x, y + 1, label, size=16, fill=INK, weight="700")]
 
 
+def _added_term(x: float, y: float, box_y: float, box_w: float, label: str, badge: int, ids: str) -> list[str]:
+    """A "+" on the line at (x, y) with the term it adds in a box below it, and its numbered badge."""
+    fill = ROLE_FILLS["position"]
+    return (_node(x, y, "+", fill)
+            + [_box(x - box_w / 2, box_y, box_w, 30, fill), _text(x, box_y + 16, label, size=14, fill=INK),
+               _line([(x, box_y), (x, y + 16)], ids=ids), _badge(x + 22, y - 28, badge)])
+
+
 def four_ways_in() -> Diagram:
     """Where position can enter one attention layer, marked on x → q, k, v → logits → softmax → output.
 
@@ -345,10 +353,7 @@ def four_ways_in() -> Diagram:
                                                                    weight="700"),
              _text(42, k_y + 40, "token at m", size=13)]
     body.append(_line([(70, k_y), (96, k_y)], ids=ids))
-    body += _node(112, k_y, "+", orange)
-    body += [_box(88, 196, 48, 30, orange), _text(112, 212, "p(m)", size=14, fill=INK)]
-    body.append(_line([(112, 196), (112, k_y + 16)], ids=ids))
-    body.append(_badge(134, k_y - 28, 1))
+    body += _added_term(112, k_y, 196, 48, "p(m)", 1, ids)
     # the projections
     body.append(_line([(126, k_y), (146, k_y)], arrow=False))
     body.append(_line([(146, q_y), (146, v_y)], arrow=False))
@@ -370,10 +375,7 @@ def four_ways_in() -> Diagram:
                                                                   weight="600"),
              _text(384, mid + 14, "/ √d", size=15, fill=INK)]
     body.append(_line([(430, mid), (452, mid)], ids=ids))
-    body += _node(468, mid, "+", orange)
-    body += [_box(440, 150, 56, 30, orange), _text(468, 166, "b(i−j)", size=14, fill=INK)]
-    body.append(_line([(468, 150), (468, mid + 16)], ids=ids))
-    body.append(_badge(492, mid - 28, 3))
+    body += _added_term(468, mid, 150, 56, "b(i−j)", 3, ids)
     # mask and softmax, ④ NoPE: the causal mask alone
     body.append(_line([(482, mid), (506, mid)], ids=ids))
     body += [_box(508, mid - 28, 100, 56, green), _text(558, mid - 11, "causal mask", size=14, fill=INK),
