@@ -65,6 +65,12 @@ def test_page(page_path, book_url, browser):
             " && Math.abs((i.clientWidth / i.clientHeight) / (i.naturalWidth / i.naturalHeight) - 1) > 0.02)"
             ".map(i => `${i.src.split('/').pop()} ${i.clientWidth}x${i.clientHeight}`)")
         assert squashed == [], f"{page_path}: images out of their aspect ratio at {width} px: {squashed}"
+        # The claims table, opened, wraps within the column instead of running off it.
+        overflow = page.evaluate(
+            "() => [...document.querySelectorAll('details.posbook-claims')].map(d => { d.open = true;"
+            " const t = d.querySelector('table'), r = t.getBoundingClientRect().right - d.getBoundingClientRect().right;"
+            " d.open = false; return r; }).filter(r => r > 1)")
+        assert overflow == [], f"{page_path}: the claims table runs {overflow} px past the column at {width} px"
         # One way to search (the sidebar's field on a desktop, the header's button on a phone), and it opens search.
         assert page.evaluate(VISIBLE_SEARCH) == 1, f"{page_path}: not exactly one search field or button at {width} px"
         page.locator(SEARCH_CONTROLS).locator("visible=true").click()
