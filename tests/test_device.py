@@ -16,3 +16,53 @@ def test_device_override(monkeypatch):
         pb.default_device()
     monkeypatch.delenv("POSBOOK_DEVICE")
     assert pb.default_device().type in {"cpu", "cuda", "mps"}
+
+
+def test_training_precision_on_the_cpu_is_float32_without_a_scaler():
+    from posbook.device import training_precision
+    precision = training_precision("cpu")
+    assert precision.dtype == torch.float32 and not precision.scaled
+    with precision.autocast(torch.device("cpu")):
+        assert not torch.is_autocast_enabled("cpu")
+    assert not precision.grad_scaler(torch.device("cpu")).is_enabled()
+    with pytest.raises(TypeError, match="device"):
+        training_precision(3)
+
+
+@pytest.mark.parametrize("capability, dtype, scaled", [((9, 0), torch.bfloat16, False), ((8, 0), torch.bfloat16, False),
+                                                       ((7, 5), torch.float16, True)])
+def test_training_precision_on_a_gpu_follows_its_compute_capability(monkeypatch, capability, dtype, scaled):
+    # an H100 or A100 trains in bfloat16; a T4 (7.5) has no bfloat16 tensor cores: float16 with a scaler
+    from posbook.device import training_precision
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    precision = training_precision("cuda")
+    assert (precision.dtype, precision.scaled) == (dtype, scaled)
+
+
+def test_a_disabled_scaler_leaves_a_training_step_bit_identical():
+    # the trainer always goes through the scaler; where it is disabled (cpu, bfloat16) nothing may change
+    from posbook.device import training_precision
+    cpu = torch.device("cpu")
+    scaler = training_precision(cpu).grad_scaler(cpu)
+    weights = []
+    for use_scaler in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 3)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        for _ in range(3):
+            loss = model(torch.randn(4, 8)).square().mean()
+            if use_scaler:
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+            opt.zero_grad(set_to_none=True)
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.equal(weights[0], weights[1])

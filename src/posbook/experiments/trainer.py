@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import _checks
-from ..device import default_device
+from ..device import default_device, training_precision
 from . import corpus as corpus_lib
 from . import tasks as tasks_lib
 from .model import GPT, GPTConfig
@@ -456,8 +456,8 @@ def train(run: TrainConfig) -> dict[str, Any]:
     if distributed:
         from torch.nn.parallel import DistributedDataParallel
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast(
-        "cpu", enabled=False)
+    precision = training_precision(device)
+    autocast, scaler = precision.autocast(device), precision.grad_scaler(device)
 
     show = sys.stderr.isatty() if run.progress is None else run.progress
     bar = None
@@ -477,9 +477,12 @@ def train(run: TrainConfig) -> dict[str, Any]:
             group["lr"] = _learning_rate(run, step)
         with autocast:
             loss = _loss(ddp(x), y, count) * world   # DDP averages gradients over ranks; × world undoes that
-        loss.backward()
+        # The scaler is a pass-through except under float16 (posbook.device.training_precision).
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)                   # clip the true gradients, not the scaled ones
         torch.nn.utils.clip_grad_norm_(model.parameters(), run.grad_clip)
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
         loss_value = loss.item() / world
         if distributed:
