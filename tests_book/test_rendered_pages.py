@@ -68,7 +68,8 @@ def test_page(page_path, book_url, browser):
         # The claims table, opened, wraps within the column instead of running off it.
         overflow = page.evaluate(
             "() => [...document.querySelectorAll('details.posbook-claims')].map(d => { d.open = true;"
-            " const t = d.querySelector('table'), r = t.getBoundingClientRect().right - d.getBoundingClientRect().right;"
+            " const t = d.querySelector('table');"
+            " const r = t.getBoundingClientRect().right - d.getBoundingClientRect().right;"
             " d.open = false; return r; }).filter(r => r > 1)")
         assert overflow == [], f"{page_path}: the claims table runs {overflow} px past the column at {width} px"
         # One way to search (the sidebar's field on a desktop, the header's button on a phone), and it opens search.

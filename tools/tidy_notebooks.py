@@ -48,7 +48,8 @@ TAGS = {"install": ["remove-input"], "setup": ["hide-input"], "checks": ["remove
         "teach": []}
 
 CLAIM_METHODS = {"close", "at_most", "at_least", "between", "holds", "skip"}
-FIGURE = re.compile(r"\bplt\.|\.subplots?\(|\bax\.|\baxes\[|\bfig\.|interactive_figure|pb\.viz\.(?!use_style)|pb\.diagrams\.")
+FIGURE = re.compile(r"\bplt\.|\.subplots?\(|\bax\.|\baxes\[|\bfig\.|interactive_figure"
+                    r"|pb\.viz\.(?!use_style)|pb\.diagrams\.")
 TABLE = re.compile(r"\bdisplay\((Markdown|HTML)\(")
 SETUP = re.compile(r"^claims = pb\.Claims\(", re.M)
 # Calls a moved check may make: they compute from their arguments and change nothing (no random numbers).
@@ -227,7 +228,7 @@ def lift_long_comments(source: str) -> str:
         line, col = lines[i], moves[i]
         indent = line[: len(line) - len(line.lstrip())]
         newline = "\n" if line.endswith("\n") else ""
-        lines[i:i + 1] = [indent + line[col:].rstrip("\n") + "\n", line[:col].rstrip() + newline]
+        lines[i:i + 1] = [indent + line[col:].rstrip() + "\n", line[:col].rstrip() + newline]
     return "".join(lines)
 
 

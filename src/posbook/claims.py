@@ -338,8 +338,9 @@ class ClaimsTable:
 
         def row(i: int, c: Claim) -> str:
             computed = f"<code>{esc(c.computed)}</code>" if c.checked else esc(c.computed)
+            mark = "✓" if c.checked else "–"
             return (f'<tr id="{claim_anchor(c.key)}"><td>{i}</td><td>{esc(c.statement)}</td><td>{computed}</td>'
-                    f"<td>{esc(c.expected)}</td><td>{esc(c.source or '')}</td><td>{'✓' if c.checked else '–'}</td></tr>")
+                    f"<td>{esc(c.expected)}</td><td>{esc(c.source or '')}</td><td>{mark}</td></tr>")
         body = "".join(row(i, c) for i, c in enumerate(self.claims, 1))
         return (f"<details><summary><b>{esc(self._headline())}</b> Show the table</summary><table>"
                 "<tr><th>#</th><th>claim</th><th>computed</th><th>expected</th><th>source</th><th></th></tr>"

@@ -72,7 +72,7 @@ class Diagram:
         return f"Diagram({self.title!r}, {len(self.svg)} characters of SVG)"
 
 
-# ---- a tiny SVG writer ----------------------------------------------------------------------------------------------
+# ---- a tiny SVG writer -----------------------------------------------------------------------------------------------
 
 def _attrs(attrs: Mapping[str, Any]) -> str:
     out = []
@@ -129,7 +129,7 @@ def _variants(registry: Any) -> str:
     return " | ".join(registry)
 
 
-# ---- 1. one attention layer's data flow -----------------------------------------------------------------------------
+# ---- 1. one attention layer's data flow ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Stage:
@@ -308,7 +308,7 @@ def attention_data_flow(chapters: Mapping[str, Sequence[str]] | None = None) -> 
     return _svg(ids, 760, height, "One attention layer, stage by stage", desc, body)
 
 
-# ---- 2. the four ways position enters a layer -------------------------------------------------------------------------
+# ---- 2. the four ways position enters a layer ------------------------------------------------------------------------
 
 FOUR_WAYS: tuple[tuple[str, str, str], ...] = (
     ("APE", "added to the token:", "x + p(m) before W_q, W_k, W_v, so v carries position too"),
@@ -405,7 +405,7 @@ def four_ways_in() -> Diagram:
     return _svg(ids, 760, 286 + 28 * 3 + 22, "Four ways position enters attention", desc, body)
 
 
-# ---- 3. RoPE: one plane, and the two layouts --------------------------------------------------------------------------
+# ---- 3. RoPE: one plane, and the two layouts -------------------------------------------------------------------------
 
 MAX_ROPE_DIAGRAM_DIM = 16
 """The widest head :func:`rope_rotation_and_layouts` draws (eight planes, eight colours)."""
@@ -537,7 +537,7 @@ def rope_rotation_and_layouts(head_dim: int = 8) -> Diagram:
     return _svg(ids, 760, height, "RoPE: one plane, and two layouts of a head", desc, body)
 
 
-# ---- 4. the masks of local and global layers --------------------------------------------------------------------------
+# ---- 4. the masks of local and global layers -------------------------------------------------------------------------
 
 MASK_FILLS = {"sliding": ROLE_FILLS["mask"], "chunked": ROLE_FILLS["position"], "causal": ROLE_FILLS["core"],
               "full": ROLE_FILLS["numerics"]}
@@ -618,7 +618,7 @@ def layer_masks(length: int = 16, window: int = 4, chunk: int = 4,
     return _svg(ids, 760, top + grid + 48, "Masks of local and global layers", desc, body)
 
 
-# ---- 5. what the KV cache keeps per token -----------------------------------------------------------------------------
+# ---- 5. what the KV cache keeps per token ----------------------------------------------------------------------------
 
 KV_FILLS = {"k": "#9cc3e6", "v": "#a8d8a0", "latent": "#c6b8e6", "rope_key": "#f5b97f"}
 """Fills of a key head, a value head, MLA's latent c_KV and its shared RoPE key."""
