@@ -14,7 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from run_notebooks import toc_files  # noqa: E402  (the one reader of _toc.yml)
-from tidy_notebooks import MANAGED_TAGS, _is_check_call, tidied_text  # noqa: E402
+from tidy_notebooks import MANAGED_TAGS, is_check_call, tidied_text  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -89,7 +89,7 @@ def test_shown_code_checks_and_glues_nothing(path):
         if cell["cell_type"] != "code" or set(cell["metadata"].get("tags", [])) & set(MANAGED_TAGS):
             continue
         tree = ast.parse("".join(cell["source"]))
-        assert not any(_is_check_call(n) for n in ast.walk(tree)), f"{path.name} cell {i} shows a check"
+        assert not any(is_check_call(n) for n in ast.walk(tree)), f"{path.name} cell {i} shows a check"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

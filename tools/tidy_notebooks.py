@@ -78,7 +78,7 @@ def _call_name(call: ast.Call) -> tuple[str | None, str]:
     return None, ""
 
 
-def _is_check_call(node: ast.AST) -> bool:
+def is_check_call(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     func = node.func
@@ -93,7 +93,7 @@ def _is_check_call(node: ast.AST) -> bool:
 def is_check(stmt: ast.stmt) -> bool:
     """A claim check or a glue call, alone or assigned (``err = claims.at_most(...)``), or a loop of them."""
     if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign)) and stmt.value is not None:
-        return _is_check_call(stmt.value)
+        return is_check_call(stmt.value)
     if isinstance(stmt, ast.For):
         return not stmt.orelse and all(is_check(s) for s in stmt.body)
     return False
@@ -124,7 +124,7 @@ def _names(node: ast.AST) -> tuple[set[str], set[str]]:
 
 def _calls_only_pure(stmt: ast.stmt) -> bool:
     for n in ast.walk(stmt):
-        if isinstance(n, ast.Call) and not _is_check_call(n):
+        if isinstance(n, ast.Call) and not is_check_call(n):
             base, name = _call_name(n)
             if name not in PURE_CALLS or (base is not None and base in {"pb", "posbook", "plt"}):
                 return False
@@ -193,7 +193,7 @@ def cell_role(source: str, index: int, n_code: int) -> str:
     tree = ast.parse(source)
     if tree.body and all(is_check(s) for s in tree.body):
         return "checks"
-    if any(_is_check_call(n) for n in ast.walk(tree)):
+    if any(is_check_call(n) for n in ast.walk(tree)):
         return "mixed"
     return "teach"
 

@@ -312,10 +312,9 @@ class ClaimsTable:
         return ClaimsBadge(checked, len(self.claims) - checked)
 
     def _headline(self) -> str:
-        checked = sum(c.checked for c in self.claims)
-        unchecked = len(self.claims) - checked
-        text = f"{checked} claims checked, all hold."
-        return text + (f" {unchecked} not checked here (marked –)." if unchecked else "")
+        badge = self.badge
+        text = f"{badge.checked} claims checked, all hold."
+        return text + (f" {badge.unchecked} not checked here (marked –)." if badge.unchecked else "")
 
     def _repr_markdown_(self) -> str:
         # MyST markdown: the book renders the citations and links them to the bibliography. The table sits in a
@@ -347,9 +346,9 @@ class ClaimsTable:
                 f"{body}</table></details>")
 
     def __repr__(self) -> str:
-        checked = sum(c.checked for c in self.claims)
-        rest = f", {len(self.claims) - checked} not checked here" if checked < len(self.claims) else ""
-        return f"ClaimsTable({self.chapter!r}, {checked} claims, all hold{rest})"
+        badge = self.badge
+        rest = f", {badge.unchecked} not checked here" if badge.unchecked else ""
+        return f"ClaimsTable({self.chapter!r}, {badge.checked} claims, all hold{rest})"
 
 
 def glue(name: str, value: Any, *, display: bool = False) -> None:

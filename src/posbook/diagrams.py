@@ -51,6 +51,10 @@ PLANE_FILLS = ("#8fb8e0", "#f2a97e", "#9fd49a", "#d7a6e0", "#f2d47f", "#8fd3cf",
 """Fills of the rotation planes in :func:`rope_rotation_and_layouts` (head_dim ≤ 16: at most eight planes)."""
 
 
+def _subscript(i: int) -> str:
+    return str(i).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+
+
 class Diagram:
     """An SVG figure: shown by Jupyter and myst-nb as ``image/svg+xml``, its text in ``svg``."""
 
@@ -518,7 +522,7 @@ def rope_rotation_and_layouts(head_dim: int = 8) -> Diagram:
                              data_dim=j, data_plane=plane_of[j]))
             if roomy:  # the dimension, and the frequency that turns it
                 body.append(_text(x + boxw / 2, y + 15, str(j), size=15, fill=INK, weight="600"))
-                body.append(_text(x + boxw / 2, y + 34, f"θ{'₀₁₂₃₄₅₆₇'[plane_of[j]]}", size=13, fill=INK))
+                body.append(_text(x + boxw / 2, y + 34, f"θ{_subscript(plane_of[j])}", size=13, fill=INK))
             else:
                 body.append(_text(x + boxw / 2, y + boxh / 2 + 1, str(j), size=13, fill=INK))
         label_y = y - 40 if layout == "interleaved" else y + boxh + 16 + 10 * (head_dim // 2) + 22
@@ -650,10 +654,6 @@ def kv_example_configs(n_heads: int = 8, n_kv_heads: int = 2, head_dim: int = 12
             "MLA": {"model_type": "deepseek_v3", "num_hidden_layers": 1, "hidden_size": n_heads * head_dim,
                     "num_attention_heads": n_heads, "num_key_value_heads": n_heads, "kv_lora_rank": kv_lora_rank,
                     "qk_rope_head_dim": qk_rope_head_dim, "qk_nope_head_dim": head_dim, "v_head_dim": head_dim}}
-
-
-def _subscript(i: int) -> str:
-    return str(i).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
 
 
 def kv_cache_layouts(n_heads: int = 8, n_kv_heads: int = 2, head_dim: int = 128, kv_lora_rank: int = 512,
