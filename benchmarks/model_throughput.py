@@ -30,7 +30,9 @@ from posbook.experiments.model import GPT, LAYER_CODES, GPTConfig
 class PlainBlock(nn.Module):
     def __init__(self, d: int, heads: int, cos: torch.Tensor, sin: torch.Tensor):
         super().__init__()
-        self.heads, self.cos, self.sin = heads, cos, sin
+        self.heads = heads
+        self.register_buffer("cos", cos, persistent=False)    # buffers: .to(device) moves them
+        self.register_buffer("sin", sin, persistent=False)
         self.qkv, self.out = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
         self.up, self.down = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
         self.n1, self.n2 = nn.RMSNorm(d, eps=1e-6), nn.RMSNorm(d, eps=1e-6)

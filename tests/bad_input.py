@@ -474,6 +474,8 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.experiments.sweep.extrapolation": S(dict),
     "posbook.experiments.sweep.context_extension": S(dict),
     "posbook.experiments.sweep.passkey_extension": S(dict),
+    "posbook.experiments.sweep.grid_name": S(lambda: dict(grid="extrapolation", preset="colab")),
+    "posbook.experiments.sweep.gpu_records": S(lambda: dict(grid="extrapolation")),
     # experiments: tasks, toy, trainer
     "posbook.experiments.tasks.sequence_length": S(lambda: dict(task="copy", n=5)),
     "posbook.experiments.tasks.make_batch": S(lambda: dict(task="copy", sizes=[2, 3], generator=gen())),

@@ -310,3 +310,14 @@ def test_empty_sizes_are_refused_by_name():
     with pytest.raises(ValueError, match="heads"):
         pb.attention(q, k[:, :0], v[:, :0])
     assert pb.attention(q[:0], k[:0], v[:0]).shape == (0, 4, 12, 16)
+
+
+def test_flex_is_refused_by_name_where_it_would_need_a_backward_on_the_cpu():
+    q, k, v = (x.float().requires_grad_() for x in qkv())
+    with pytest.raises(ValueError, match="^impl='flex' has no backward on the CPU.*use impl='blocked'"):
+        pb.local_attention(q, k, v, kind="sliding", window=4, impl="flex")
+    with pytest.raises(ValueError, match="^impl='flex' has no backward on the CPU.*use impl='reference'"):
+        pb.attention(q, k, v, causal=True, impl="flex")
+    with torch.no_grad():      # forward only: flex runs (eagerly) on the CPU
+        torch.testing.assert_close(pb.local_attention(q, k, v, kind="sliding", window=4, impl="flex"),
+                                   pb.local_attention(q, k, v, kind="sliding", window=4, impl="blocked"))

@@ -103,14 +103,18 @@ def test_local_layers_equal_masked_reference_attention(code, kind, option):
     torch.testing.assert_close(layer(x), expected)
 
 
+@pytest.mark.parametrize("impl", ["blocked", "flex"])
 @pytest.mark.parametrize("t, window, block", [(37, 8, None), (64, 16, 4), (10, 32, None), (50, 7, 3), (33, 1, None)])
-def test_local_attention_equals_the_reference(t, window, block):
+def test_local_attention_equals_the_reference(t, window, block, impl):
+    """Both kernels (flex runs eagerly here; compiled, on CUDA, in tests/test_on_device.py), with SDPA blocks or
+    flex tiles of ``block`` (flex needs tiles of at least 16: 16 stands in for the smaller ones)."""
     gen = torch.Generator().manual_seed(t)
     q = torch.randn(2, 4, t, 8, generator=gen, dtype=torch.float64)
     k, v = (torch.randn(2, 2, t, 8, generator=gen, dtype=torch.float64) for _ in range(2))
+    block = block if impl == "blocked" or block is None else 16
     for kind, options in (("sliding", {"window": window}), ("chunked", {"chunk_size": window})):
         ref = pb.attention(q, k, v, mask=pb.attention_mask(kind, t, **options), impl="reference")
-        out = local_attention(q, k, v, kind=kind, block_size=block, **options)
+        out = local_attention(q, k, v, kind=kind, block_size=block, impl=impl, **options)
         torch.testing.assert_close(out, ref)
 
 

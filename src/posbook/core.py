@@ -291,6 +291,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
 
     impl = resolved_impl(impl, query_scale=query_scale, softcap=softcap, mask=mask, normaliser=normaliser,
                          return_weights=return_weights)
+    if impl == "flex":
+        check_flex_backward(q, k, v, bias, sink, alternative="impl='reference'")
     out, weights = attend(q, k, v, scale=scale, query_scale=query_scale, bias=bias, softcap=softcap, mask=mask,
                           causal=causal, normaliser=normaliser, sink=sink, sigmoid_bias=sigmoid_bias, impl=impl)
     if output_rope is not None:
@@ -301,6 +303,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
     if return_weights:
         return out, weights.to(q.dtype)
     return out
+
+
+def check_flex_backward(*tensors: torch.Tensor | None, alternative: str) -> None:
+    """flex_attention has no backward on the CPU: refuse it there, by name, when a gradient would be asked for
+    (torch would raise NotImplementedError at the first backward, far from the call)."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad and t.device.type == "cpu" for t in tensors):
+        raise ValueError(f"impl='flex' has no backward on the CPU (flex_attention runs forward only there), and an "
+                         f"input requires grad; use {alternative}, or torch.no_grad()")
 
 
 def resolved_impl(impl: str, *, query_scale: Any = None, softcap: float | None = None, mask: Any = None,

@@ -1,22 +1,36 @@
 """Local attention that only computes what a window lets a query see: sliding-window and chunked causal attention
-on blocks, through SDPA, so a local layer does work proportional to its window on any device without a compiler.
+through one of two kernels, so a local layer does work proportional to its window.
+
+* ``blocked``: SDPA on blocks of queries, each against the keys its block can see. It runs on any device without a
+  compiler, and is what the CPU uses.
+* ``flex``: ``flex_attention`` with a ``BlockMask`` that skips the key blocks the window hides, compiled on CUDA
+  (eager elsewhere, where it is correct but slow and has no backward: the test suite runs it there to hold it
+  equal to the reference).
+
+``impl="auto"`` takes ``flex`` on a CUDA tensor whose head dimension the compiled kernel takes (a power of two,
+at least 16) and ``blocked`` otherwise.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 
 from . import _checks
-from .core import _check_qkv, _check_query_scale
-from .masks import local_size
+from .core import _check_qkv, _check_query_scale, check_flex_backward
+from .masks import block_mask, local_size
+
+LOCAL_IMPLS = ("auto", "blocked", "flex")
+FLEX_BLOCK_SIZE = 128          # flex_attention's own default tile: 128 queries × 128 keys
 
 
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str, window: int | None = None,
                     chunk_size: int | None = None, scale: float | None = None, block_size: int | None = None,
-                    query_scale: torch.Tensor | None = None) -> torch.Tensor:
+                    query_scale: torch.Tensor | None = None, impl: str = "auto") -> torch.Tensor:
     """Sliding-window or chunked causal self-attention that only computes the key blocks a query can see.
 
     Equal to ``attention(q, k, v, mask=attention_mask(kind, T, window=..., chunk_size=...))`` (the test suite
@@ -43,20 +57,45 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: 
     # the kernel padding the keys to its length.
     size = min(local_size(kind, window=window, chunk_size=chunk_size), t)
     window, chunk_size = (size, None) if kind == "sliding" else (None, size)
-    block_size = None if block_size is None else min(_checks.size("block_size", block_size), t)
+    _checks.choice("impl", impl, LOCAL_IMPLS)
+    if impl == "flex":
+        check_flex_backward(q, k, v, query_scale, alternative="impl='blocked' (or 'auto')")
+    if block_size is not None:
+        _checks.size("block_size", block_size)
+        # flex tiles stay as given (a tile past the end is cut by the kernel); SDPA blocks are capped at T.
+        block_size = block_size if _local_impl(impl, q) == "flex" else min(block_size, t)
     return local_attend(q, k, v, kind=kind, window=window, chunk_size=chunk_size, scale=scale, block_size=block_size,
-                        query_scale=query_scale)
+                        query_scale=query_scale, impl=impl)
+
+
+def _local_impl(impl: str, q: torch.Tensor) -> str:
+    """The kernel ``impl`` means for q: ``auto`` is ``flex`` on CUDA when the head dimension is one the compiled
+    kernel takes (a power of two, at least 16), ``blocked`` otherwise."""
+    if impl != "auto":
+        return impl
+    d = q.shape[-1]
+    return "flex" if q.device.type == "cuda" and d >= 16 and d & (d - 1) == 0 else "blocked"
 
 
 def local_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str, window: int | None,
                  chunk_size: int | None, scale: float, block_size: int | None = None,
-                 query_scale: torch.Tensor | None = None) -> torch.Tensor:
+                 query_scale: torch.Tensor | None = None, impl: str = "auto") -> torch.Tensor:
     """:func:`local_attention` without the argument checks, for callers that checked their configuration once (the
     experiment model); reads no tensor values on the host, so NaN and ±inf entries propagate to the output."""
     batch, hq, t, d = q.shape
     gqa = hq != k.shape[1]
     if query_scale is not None:  # a per-row factor on the logits is the same factor on that query
         q = q * query_scale.to(q.dtype).unsqueeze(-1)
+    if _local_impl(impl, q) == "flex":
+        size = window if kind == "sliding" else chunk_size
+        mask = _local_block_mask(kind, size, t, q.device, block_size or FLEX_BLOCK_SIZE)
+        if q.device.type == "cuda" and not torch.compiler.is_compiling():
+            return _compiled_flex()(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
+        from torch.nn.attention.flex_attention import flex_attention
+        with warnings.catch_warnings():
+            # Eager flex_attention warns that it is not fused; off CUDA that is the point (a reference run).
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            return flex_attention(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
     if kind == "chunked":
         n_chunks = -(-t // chunk_size)
         pad = n_chunks * chunk_size - t
@@ -91,3 +130,20 @@ def local_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str
     out = F.scaled_dot_product_attention(q_blocks, k_blocks, v_blocks, attn_mask=mask, scale=scale, enable_gqa=gqa)
     out = out.view(batch, n_blocks, hq, block, v.shape[-1]).transpose(1, 2).flatten(2, 3)
     return out[:, :, :t]
+
+
+@functools.cache
+def _compiled_flex():
+    """flex_attention compiled once per process (eager flex_attention on CUDA is an unfused reference: slow and
+    T×T in memory)."""
+    from torch.nn.attention.flex_attention import flex_attention
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@torch.compiler.disable       # built eagerly and cached, also when the calling model is compiled
+@functools.lru_cache(maxsize=64)
+def _local_block_mask(kind: str, size: int, t: int, device: torch.device, tile: int):
+    """The BlockMask of a local layer at length t (one per layer shape and length: it holds no tensor values of
+    the batch, so every forward at that length reuses it)."""
+    options = {"window": size} if kind == "sliding" else {"chunk_size": size}
+    return block_mask(kind, t, **options, block_size=tile, device=device)

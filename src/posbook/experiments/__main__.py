@@ -12,7 +12,7 @@ import sys
 
 from .._cli import positive_int
 from .model import ABSOLUTE_POSITIONS, LAYER_CODES, LOGIT_SCALINGS, QK_NORM_MODES
-from .sweep import GRIDS, flat_metrics, load_record, record_path, run_grid, stale_labels
+from .sweep import GRID_PRESETS, GRIDS, flat_metrics, grid_name, load_record, record_path, run_grid, stale_labels
 from .trainer import PRESETS, TASK_NAMES, TrainConfig, evaluate, load_model, train
 
 
@@ -70,14 +70,18 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--eval-sizes", type=_sizes)
     e.add_argument("--eval-seq-lens", type=_sizes)
 
+    chapter_grids = sorted(name for name in GRIDS if "." not in name)
     w = sub.add_parser("sweep", help="train a chapter's grid of runs and write its record into the package")
-    w.add_argument("grid", choices=sorted(GRIDS))
+    w.add_argument("grid", choices=chapter_grids)
+    w.add_argument("--preset", choices=GRID_PRESETS, default="cpu",
+                   help="the grid's scale: cpu (the records the chapters check, trained on the CPU) or colab (the "
+                        "GPU-scale version, where a grid has one; trained on the default device)")
     w.add_argument("--jobs", type=positive_int, default=1, help="processes at once, one thread each (default 1)")
     w.add_argument("--retrain", action="store_true", help="train every run again, not only missing or stale ones")
     w.add_argument("--list", action="store_true", help="print the grid's labels and whether each is recorded")
 
     s = sub.add_parser("show", help="a recorded grid's final metrics per run label")
-    s.add_argument("grid", choices=sorted(GRIDS))
+    s.add_argument("grid", choices=sorted(GRIDS), help="a grid name; a GPU-scale grid is e.g. extrapolation.colab")
     s.add_argument("--json", action="store_true", help="print {label: final metrics} as JSON instead of a table")
 
     sub.add_parser("presets", help="list the presets and their settings")
@@ -123,16 +127,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "show":
             return show(args.grid, as_json=args.json)
         if args.command == "sweep":
-            runs = GRIDS[args.grid]()
-            stale = set(stale_labels(args.grid, runs))
+            grid = grid_name(args.grid, args.preset)
+            runs = GRIDS[grid]()
+            stale = set(stale_labels(grid, runs))
             if args.list:
                 for label in runs:
                     print(f"{label:32s} {'to train' if label in stale else 'recorded'}")
                 return 0
             todo = len(runs) if args.retrain else len(stale)
-            print(f"{args.grid}: training {todo} of {len(runs)} runs with {args.jobs} job(s)", file=sys.stderr)
-            run_grid(args.grid, runs, retrain=args.retrain, jobs=args.jobs, save=True)
-            print(record_path(args.grid))
+            print(f"{grid}: training {todo} of {len(runs)} runs with {args.jobs} job(s)", file=sys.stderr)
+            run_grid(grid, runs, retrain=args.retrain, jobs=args.jobs, save=True)
+            print(record_path(grid))
             return 0
         if args.command == "evaluate":
             import torch

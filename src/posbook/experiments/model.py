@@ -343,7 +343,8 @@ class Attention(nn.Module):
                                  persistent=False)
         self.mask_kind = kind.mask
         self.local = kind.mask != "causal"
-        # Local layers run the blocked kernel unless the core must see the full logits (sinks, softcap).
+        # Local layers run a local kernel (posbook.local: compiled flex_attention on CUDA, blocked SDPA elsewhere)
+        # unless the core must see the full logits (sinks, softcap).
         self.blocked = self.local and not config.sinks and config.softcap is None
         self.normaliser = "sink" if config.sinks else "softmax"
         self.impl = resolved_impl("auto", query_scale=self.scaled or None, softcap=config.softcap,
@@ -372,7 +373,7 @@ class Attention(nn.Module):
         query_scale = self.query_scale[:t].to(q.dtype) if self.scaled else None
 
         if self.blocked and self.recorder is None:
-            # Blocked SDPA: a local layer does only the work its window needs (equal to the masked call below).
+            # A local kernel does only the work the window needs (equal to the masked call below).
             y = local_attend(q, k, v, kind=self.mask_kind, window=config.window, chunk_size=config.chunk_size,
                              scale=self.scale, query_scale=query_scale)
         else:

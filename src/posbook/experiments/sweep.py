@@ -40,8 +40,9 @@ from .trainer import TrainConfig, evaluate, load_model, text_by_position, train
 
 RECORDS = Path(__file__).resolve().parent / "records"
 # Fields that do not change what a run computes: where it writes, whether it resumes, its progress bar.
-_NOT_RESULTS = ("out_dir", "resume", "progress", "checkpoint_every", "stop_after")
+_NOT_RESULTS = ("out_dir", "resume", "progress", "checkpoint_every", "stop_after", "device")
 HISTORY_POINTS = 60          # training-loss points kept per run (every evaluation is kept as well)
+GRID_PRESETS = ("cpu", "colab")   # the scales a grid can come in (see grid_name)
 
 
 def run_id(run: TrainConfig) -> str:
@@ -90,11 +91,18 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def _placed(run: TrainConfig) -> TrainConfig:
+    """Where a grid's run trains: a run of the cpu preset on the CPU, also on a machine with a GPU (its record is a
+    one-thread CPU run that a page reproduces on the CPU); a GPU-scale run where ``run.device`` says, by default on
+    :func:`posbook.device.default_device`."""
+    return replace(run, device="cpu") if run.resolved().preset == "cpu" else run
+
+
 def _train_quietly(job: tuple[TrainConfig, Path | None]) -> dict[str, Any]:
     """Train one run with one thread; with a path, also write the trained weights there (see :func:`weights_path`)."""
     run, weights = job
     with tempfile.TemporaryDirectory() as folder, _one_thread():
-        results = summarise(train(replace(run, out_dir=folder if weights else None, progress=False)))
+        results = summarise(train(replace(_placed(run), out_dir=folder if weights else None, progress=False)))
         if weights is not None:
             state = torch.load(Path(folder) / "checkpoint.pt", weights_only=True)
             weights.parent.mkdir(parents=True, exist_ok=True)
@@ -178,26 +186,34 @@ def stale_labels(grid: str, runs: dict[str, TrainConfig]) -> list[str]:
 
 
 def run_grid(grid: str, runs: dict[str, TrainConfig], *, retrain: bool = False, jobs: int = 1,
-             save: bool = False) -> dict[str, dict[str, Any]]:
+             save: bool = False, deadline: float | None = None) -> dict[str, dict[str, Any]]:
     """Results of every run of a grid, by label: from the record when it matches, trained otherwise.
 
     ``retrain=True`` trains every run again. ``save=True`` writes the trained runs into the record (the command
-    line does this; a chapter does not write into the installed package).
+    line does this; a chapter does not write into the installed package). ``deadline``: a ``time.monotonic()``
+    value after which no further run starts (one under way finishes); the runs left untrained are left out of the
+    result, so a time-boxed sweep (tools/gpu_check.py) returns what it managed.
     """
     _checks.choice("grid", grid, sorted(GRIDS))
     _check_runs(runs)
     _checks.flag("retrain", retrain)         # before any work: retrain=1 would otherwise train the whole grid
     _checks.size("jobs", jobs)
     _checks.flag("save", save)
+    if deadline is not None:
+        _checks.number("deadline", deadline)
     record = load_record(grid)
     todo = list(runs) if retrain else stale_labels(grid, runs)
     shipped = GRID_WEIGHTS.get(grid, set())
     weights = [weights_path(grid, label) if save and label in shipped else None for label in todo]
-    for label, summary in zip(todo, train_many([runs[label] for label in todo], jobs=jobs, weights=weights)):
-        record[label] = {"id": run_id(runs[label]), **summary}
+    trained = train_many([runs[label] for label in todo], jobs=jobs, weights=weights)
+    for label in todo:
+        if deadline is not None and time.monotonic() > deadline:
+            trained.close()
+            break
+        record[label] = {"id": run_id(runs[label]), **next(trained)}
         if save:        # after every run, so that an interrupted sweep keeps what it has done
             _write_record(grid, record, order=list(runs))
-    return {label: record[label] for label in runs}
+    return {label: record[label] for label in runs if record.get(label, {}).get("id") == run_id(runs[label])}
 
 
 def _check_runs(runs: Any) -> dict[str, TrainConfig]:
@@ -256,7 +272,7 @@ def reproduce_prefix(grid: str, runs: dict[str, TrainConfig], label: str, steps:
                          f"{sorted(kept)[:8]}...")
     start = time.perf_counter()
     with _one_thread():
-        fresh = train(replace(runs[label], out_dir=None, progress=False, stop_after=steps))["history"][-1]
+        fresh = train(replace(_placed(runs[label]), out_dir=None, progress=False, stop_after=steps))["history"][-1]
     recorded = kept[steps]["train_loss"]
     return {"recorded": recorded, "fresh": fresh["train_loss"], "abs_diff": abs(fresh["train_loss"] - recorded),
             "identical": fresh["train_loss"] == recorded, "seconds": time.perf_counter() - start}
@@ -423,20 +439,42 @@ EXTRAPOLATION_SCHEMES: dict[str, dict[str, Any]] = {
 }
 
 
-def extrapolation_run(model: dict[str, Any], seed: int) -> TrainConfig:
-    """One run of the extrapolation grid: the shared training and evaluation protocol with a model's fields."""
+# The GPU-scale version (``sweep extrapolation --preset colab``): the colab preset's model (8 layers × 384) at
+# T = 256 bytes, read to 16T = 4,096, one seed of seven schemes, 600 steps of 32 windows (4.9 million bytes, three
+# times the CPU runs' 1.6 million), sized so that both GPU grids train in about two minutes on one H200.
+COLAB_EXTRAPOLATION_T = 256
+COLAB_EXTRAPOLATION_SCHEMES = ("APE-learned", "RoPE", "NoPE", "T5", "ALiBi", "p-RoPE", "iRoPE")
+COLAB_SEEDS = (0,)
+
+
+def extrapolation_run(model: dict[str, Any], seed: int, preset: str = "cpu") -> TrainConfig:
+    """One run of the extrapolation grid: the shared training and evaluation protocol with a model's fields, at the
+    CPU scale (``preset="cpu"``: T = 64, 4 × 128 model, 800 steps) or the GPU scale (``"colab"``: T = 256, the colab
+    preset's 8 × 384 model, 600 steps)."""
     _checks.mapping("model", model)
-    t = EXTRAPOLATION_T
-    return TrainConfig(task="text", preset="cpu", model=dict(model), seed=seed, seq_len=t, batch_size=32,
-                       steps=800, warmup=40, eval_every=800, eval_batches=8, corpus_bytes=6_000_000,
+    _checks.choice("preset", preset, GRID_PRESETS)
+    if preset == "cpu":
+        t, steps, corpus_bytes = EXTRAPOLATION_T, 800, 6_000_000
+    else:
+        t, steps, corpus_bytes = COLAB_EXTRAPOLATION_T, 600, 20_000_000
+        # Local windows stay a quarter of the training length.
+        if "window" in model:
+            model = dict(model, window=t // 4)
+    return TrainConfig(task="text", preset=preset, model=dict(model), seed=seed, seq_len=t, batch_size=32,
+                       steps=steps, warmup=40, eval_every=steps, eval_batches=8, corpus_bytes=corpus_bytes,
                        eval_seq_lens=[t, 2 * t, 4 * t, 8 * t, 16 * t], eval_position_bin=t // 4, eval_stride=t // 2)
 
 
-def extrapolation() -> dict[str, TrainConfig]:
-    """Train short, test long: ten position schemes × three seeds, trained at T = 64 bytes, read to 16T = 1,024 by
-    both evaluation protocols (labels like ``"RoPE/0"``)."""
-    return {f"{scheme}/{seed}": extrapolation_run(model, seed)
-            for scheme, model in EXTRAPOLATION_SCHEMES.items() for seed in SEEDS}
+def extrapolation(preset: str = "cpu") -> dict[str, TrainConfig]:
+    """Train short, test long: at the CPU scale, eleven position schemes × three seeds trained at T = 64 bytes; at
+    the GPU scale (``preset="colab"``), seven schemes × one seed at T = 256; both read to 16T by both evaluation
+    protocols (labels like ``"RoPE/0"``)."""
+    _checks.choice("preset", preset, GRID_PRESETS)
+    schemes = EXTRAPOLATION_SCHEMES if preset == "cpu" else {
+        name: EXTRAPOLATION_SCHEMES[name] for name in COLAB_EXTRAPOLATION_SCHEMES}
+    seeds = SEEDS if preset == "cpu" else COLAB_SEEDS
+    return {f"{scheme}/{seed}": extrapolation_run(model, seed, preset)
+            for scheme, model in schemes.items() for seed in seeds}
 
 
 # Chapter 17, "Stretching a trained model": the RoPE models of the extrapolation grid, their rotation replaced by each
@@ -470,17 +508,20 @@ def _stretched(grid: str, label: str, trained_length: int, factors: tuple[int, .
     return runs
 
 
-def context_extension() -> dict[str, TrainConfig]:
+def context_extension(preset: str = "cpu") -> dict[str, TrainConfig]:
     """Labels ``<method>/<factor>/<finetune_steps>/<seed>`` (``"YaRN/4/0/1"``: YaRN at factor 4, no training,
-    seed 1's RoPE model); ``none`` appears with factor 1 untrained, and as the fine-tuning control."""
-    t = EXTRAPOLATION_T
-    source = extrapolation()["RoPE/0"].resolved()
+    seed 1's RoPE model); ``none`` appears with factor 1 untrained, and as the fine-tuning control. At the GPU scale
+    (``preset="colab"``) the same methods, factors and fine-tunes on the GPU-scale RoPE model (T = 256, one seed)."""
+    _checks.choice("preset", preset, GRID_PRESETS)
+    t, seeds = (EXTRAPOLATION_T, SEEDS) if preset == "cpu" else (COLAB_EXTRAPOLATION_T, COLAB_SEEDS)
+    source_grid = grid_name("extrapolation", preset)
+    source = GRIDS[source_grid]()["RoPE/0"].resolved()
     finetunes = {(method, factor): dict(steps=FINETUNE_STEPS, warmup=4, eval_every=FINETUNE_STEPS, lr=source.lr / 10,
                                         seq_len=factor * t, batch_size=source.batch_size // factor,
                                         eval_batches=source.eval_batches * factor)
                  for method in FINETUNED_METHODS for factor in FINETUNE_FACTORS}
-    return {f"{name}/{seed}": run for seed in SEEDS
-            for name, run in _stretched("extrapolation", f"RoPE/{seed}", t, EXTENSION_FACTORS, finetunes).items()}
+    return {f"{name}/{seed}": run for seed in seeds
+            for name, run in _stretched(source_grid, f"RoPE/{seed}", t, EXTENSION_FACTORS, finetunes).items()}
 
 
 # Chapter 17's passkey section: chapter 19's RoPE retrieval models (haystacks of up to 16 filler tokens, 32 tokens
@@ -512,12 +553,46 @@ GRIDS: dict[str, Callable[[], dict[str, TrainConfig]]] = {
     "position_comparison": position_comparison,
     "long_context": long_context,
     "passkey_extension": passkey_extension,
+    # GPU-scale versions, trained by `sweep GRID --preset colab` (tools/gpu_check.py trains them on one GPU). Their
+    # records are optional: a page shows them beside the CPU records when they ship, and never needs them.
+    "extrapolation.colab": lambda: extrapolation("colab"),
+    "context_extension.colab": lambda: context_extension("colab"),
 }
+"""Every grid by name. A grid's name is its chapter's grid, with ``.<preset>`` appended for a scale other than
+the CPU's (``"extrapolation.colab"``); the record and shipped weights follow the name.
+
+:meta hide-value:
+"""
+
+
+def grid_name(grid: str, preset: str = "cpu") -> str:
+    """The name of ``grid`` at the scale of ``preset``: ``grid`` itself for ``"cpu"``, ``"grid.preset"``
+    otherwise (``grid_name("extrapolation", "colab") == "extrapolation.colab"``), refused when that grid has no
+    version at that scale."""
+    _checks.choice("grid", grid, sorted(name for name in GRIDS if "." not in name))
+    _checks.choice("preset", preset, GRID_PRESETS)
+    name = grid if preset == "cpu" else f"{grid}.{preset}"
+    if name not in GRIDS:
+        scaled = sorted(name.partition(".")[0] for name in GRIDS if name.endswith(f".{preset}"))
+        raise ValueError(f"grid {grid!r} has no {preset} version; grids with one: {scaled}")
+    return name
+
+
+def gpu_records(grid: str) -> dict[str, dict[str, Any]]:
+    """The GPU-scale record of ``grid`` when one ships and matches the grid's current runs, else {}: what a page
+    shows beside its CPU record (never needed: the CPU record is what the page checks)."""
+    name = grid_name(grid, "colab")
+    record = load_record(name)
+    runs = GRIDS[name]()
+    return {label: record[label] for label in runs if record.get(label, {}).get("id") == run_id(runs[label])}
+
 
 # The recorded runs whose trained weights ship with posbook, for the pages that probe or stretch trained models
-# (3.3 MB for a text model, 0.8 MB for a copy or passkey model).
+# (3.3 MB for a text model, 0.8 MB for a copy or passkey model). The GPU-scale model (57 MB) ships none: a GPU sweep
+# writes the weights context_extension.colab starts from where it runs.
 GRID_WEIGHTS: dict[str, set[str]] = {
     "extrapolation": {"RoPE/0", "RoPE/1", "RoPE/2", "APE-learned/0"},
     "length_generalisation": {*(f"copy/{scheme}/0" for scheme in LENGTH_SCHEMES), "copy/NoPE/1"},
     "long_context": {"RoPE/0", "RoPE/1", "RoPE/2", *(f"{variant}/0" for variant in PROBE_VARIANTS)},
+    "extrapolation.colab": {"RoPE/0"},
 }

@@ -106,6 +106,7 @@ class TrainConfig:
     progress: bool | None = None                   # tqdm bar; None: only when stderr is a terminal
     stop_after: int | None = None                  # stop after this many steps of the ``steps``-step schedule
     init_from: str | None = None                   # "grid:label": start from a recorded run's shipped weights
+    device: str | None = None                      # where to train; None: posbook.device.default_device()
 
     def __post_init__(self):
         """Every field given is checked here (None: the preset's value, checked by :meth:`resolved`)."""
@@ -144,6 +145,8 @@ class TrainConfig:
             self.out_dir = str(_checks.path("out_dir", self.out_dir))     # a str: the run is written to JSON
         if self.resume and not self.out_dir:
             raise ValueError("resume=True needs out_dir (where the checkpoint is), got None")
+        if self.device is not None:
+            self.device = str(_checks.device("device", self.device))     # a str: the run is written to JSON
 
     def resolved(self) -> "TrainConfig":
         """A copy with the preset's values filled in and every field checked."""
@@ -414,8 +417,10 @@ def train(run: TrainConfig) -> dict[str, Any]:
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         if run.batch_size % world:
             raise ValueError(f"batch_size={run.batch_size} must be a multiple of the {world} processes")
-    device = (torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if distributed and torch.cuda.is_available()
-              else default_device())
+    if distributed and torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    else:
+        device = torch.device(run.device) if run.device is not None else default_device()
     out_dir = Path(run.out_dir) if run.out_dir else None
     checkpoint_path = out_dir / "checkpoint.pt" if out_dir else None
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
@@ -586,4 +591,5 @@ def load_model(checkpoint: str | Path, device: torch.device | str = "cpu", *,
         config["rope"] = rope
     model = GPT(GPTConfig(**config)).to(device)
     model.load_state_dict(state["model"])
-    return model, TrainConfig(**state["run"])
+    # Where the run trained is not part of it: a checkpoint written on a GPU loads on a machine without one.
+    return model, TrainConfig(**{**state["run"], "device": None})
