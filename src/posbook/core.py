@@ -306,11 +306,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
 
 
 def check_flex_backward(*tensors: torch.Tensor | None, alternative: str) -> None:
-    """flex_attention has no backward on the CPU: refuse it there, by name, when a gradient would be asked for
-    (torch would raise NotImplementedError at the first backward, far from the call)."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad and t.device.type == "cpu" for t in tensors):
+    """flex_attention has no backward on the CPU and refuses, there, any input that requires grad (under
+    torch.no_grad() too): refuse it here by name, with what to use instead."""
+    if any(t is not None and t.requires_grad and t.device.type == "cpu" for t in tensors):
         raise ValueError(f"impl='flex' has no backward on the CPU (flex_attention runs forward only there), and an "
-                         f"input requires grad; use {alternative}, or torch.no_grad()")
+                         f"input requires grad; use {alternative}, or detach the inputs")
 
 
 def resolved_impl(impl: str, *, query_scale: Any = None, softcap: float | None = None, mask: Any = None,
