@@ -255,3 +255,22 @@ def test_a_checkpoint_reloads_with_another_rope(tmp_path):
     assert run.task == "text" and loaded.config.rope == yarn
     as_trained, _ = load_model(path)
     assert torch.equal(as_trained(idx), model(idx))
+
+
+def test_the_rotation_runs_in_float32_under_autocast():
+    """Under bfloat16 autocast (the GPU's training precision; the CPU has it too) q and k come out of the
+    projections in bfloat16; the layer rotates them in float32 with its float32 tables and rounds once after."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(pattern="R", **TINY)).eval()
+    idx = torch.randint(0, 256, (2, 12))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), model.recording_attention() as calls:
+        model(idx)
+    attn = model.blocks[0].attn
+    assert attn.cos.dtype == torch.float32
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        x = model.blocks[0].attn_norm(model.embed(idx))
+        q = attn.q_proj(x).view(2, 12, attn.n_head, attn.head_dim).transpose(1, 2)
+    expected = pb.apply_rope(q.float(), attn.cos[:12], attn.sin[:12]).to(torch.bfloat16)
+    q_recorded = calls[0][0]
+    assert q.dtype == q_recorded.dtype == torch.bfloat16
+    assert torch.equal(q_recorded, expected)

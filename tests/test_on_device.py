@@ -77,6 +77,19 @@ def test_local_attention_kernels_on_the_device_agree_with_the_reference(device, 
         torch.testing.assert_close(out.cpu().double(), reference, **FLOAT32, msg=f"impl={impl!r}")
 
 
+@pytest.mark.parametrize("kind, size", [("sliding", "window"), ("chunked", "chunk_size")])
+def test_flex_local_attention_traces_into_one_graph(device, kind, size):
+    """Inside a compiled model the block mask is built in the graph: fullgraph=True holds (dynamo's eager backend
+    here, so that the check costs no code generation; on CUDA the model test below compiles for real)."""
+    from posbook.local import local_attend
+    cpu, here = qkv(device, t=300)
+    options = {"window": None, "chunk_size": None, size: 48}
+    reference = pb.attention(*cpu, mask=pb.attention_mask(kind, 300, **{size: 48}), scale=0.25, impl="reference")
+    compiled = torch.compile(lambda q, k, v: local_attend(q, k, v, kind=kind, scale=0.25, impl="flex", **options),
+                             backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(*here).cpu().double(), reference, **FLOAT32)
+
+
 def test_the_experiment_model_on_the_device_computes_what_it_computes_on_the_cpu(device):
     """Every layer kind but D in one model (with local layers through posbook.local's kernels on the device)."""
     torch.manual_seed(0)
@@ -131,5 +144,5 @@ def test_a_compiled_model_with_flex_local_layers_equals_the_eager_model():
     idx = torch.randint(0, 256, (2, 512), device="cuda")
     with torch.no_grad():
         eager = model(idx)
-        compiled = torch.compile(model)(idx)
+        compiled = torch.compile(model, fullgraph=True)(idx)   # the block masks are traced into the graph
     torch.testing.assert_close(compiled, eager, rtol=1e-3, atol=1e-3)

@@ -292,7 +292,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
     impl = resolved_impl(impl, query_scale=query_scale, softcap=softcap, mask=mask, normaliser=normaliser,
                          return_weights=return_weights)
     if impl == "flex":
-        check_flex_backward(q, k, v, bias, sink, alternative="impl='reference'")
+        _check_flex_backward(q, k, v, bias, sink, alternative="impl='reference'")
     out, weights = attend(q, k, v, scale=scale, query_scale=query_scale, bias=bias, softcap=softcap, mask=mask,
                           causal=causal, normaliser=normaliser, sink=sink, sigmoid_bias=sigmoid_bias, impl=impl)
     if output_rope is not None:
@@ -305,7 +305,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
     return out
 
 
-def check_flex_backward(*tensors: torch.Tensor | None, alternative: str) -> None:
+def _check_flex_backward(*tensors: torch.Tensor | None, alternative: str) -> None:
     """flex_attention has no backward on the CPU and refuses, there, any input that requires grad (under
     torch.no_grad() too): refuse it here by name, with what to use instead."""
     if any(t is not None and t.requires_grad and t.device.type == "cpu" for t in tensors):

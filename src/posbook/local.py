@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _checks
-from .core import _check_qkv, _check_query_scale, check_flex_backward
+from .core import _check_qkv, _check_query_scale, _check_flex_backward
 from .masks import block_mask, local_size
 
 LOCAL_IMPLS = ("auto", "blocked", "flex")
@@ -59,7 +59,7 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: 
     window, chunk_size = (size, None) if kind == "sliding" else (None, size)
     _checks.choice("impl", impl, LOCAL_IMPLS)
     if impl == "flex":
-        check_flex_backward(q, k, v, query_scale, alternative="impl='blocked' (or 'auto')")
+        _check_flex_backward(q, k, v, query_scale, alternative="impl='blocked' (or 'auto')")
     if block_size is not None:
         _checks.size("block_size", block_size)
         # flex tiles stay as given (a tile past the end is cut by the kernel); SDPA blocks are capped at T.
@@ -88,10 +88,16 @@ def local_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str
         q = q * query_scale.to(q.dtype).unsqueeze(-1)
     if _local_impl(impl, q) == "flex":
         size = window if kind == "sliding" else chunk_size
-        mask = _local_block_mask(kind, size, t, q.device, block_size or FLEX_BLOCK_SIZE)
-        if q.device.type == "cuda" and not torch.compiler.is_compiling():
-            return _compiled_flex()(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
+        tile = block_size or FLEX_BLOCK_SIZE
+        # Inside a compiled model the mask is traced into the graph (a cache lookup would break it); eagerly it is
+        # built once per shape and reused.
+        build = _block_mask_of if torch.compiler.is_compiling() else _local_block_mask
+        mask = build(kind, size, t, q.device, tile)
         from torch.nn.attention.flex_attention import flex_attention
+        if torch.compiler.is_compiling():        # the enclosing compile fuses it
+            return flex_attention(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
+        if q.device.type == "cuda":
+            return _compiled_flex()(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
         with warnings.catch_warnings():
             # Eager flex_attention warns that it is not fused; off CUDA that is the point (a reference run).
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
@@ -135,15 +141,18 @@ def local_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str
 @functools.cache
 def _compiled_flex():
     """flex_attention compiled once per process (eager flex_attention on CUDA is an unfused reference: slow and
-    T×T in memory)."""
+    T×T in memory). Shapes are left to torch.compile's default: a second batch or length recompiles once with
+    dynamic sizes, instead of once per shape an evaluation protocol goes through."""
     from torch.nn.attention.flex_attention import flex_attention
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention)
 
 
-@torch.compiler.disable       # built eagerly and cached, also when the calling model is compiled
-@functools.lru_cache(maxsize=64)
-def _local_block_mask(kind: str, size: int, t: int, device: torch.device, tile: int):
-    """The BlockMask of a local layer at length t (one per layer shape and length: it holds no tensor values of
-    the batch, so every forward at that length reuses it)."""
+def _block_mask_of(kind: str, size: int, t: int, device: torch.device, tile: int):
+    """The BlockMask of a local layer at length t, shared by every batch entry and head."""
     options = {"window": size} if kind == "sliding" else {"chunk_size": size}
     return block_mask(kind, t, **options, block_size=tile, device=device)
+
+
+# Eagerly, one mask per layer shape and length: it holds nothing of the batch, so every forward at that length
+# reuses it.
+_local_block_mask = functools.lru_cache(maxsize=64)(_block_mask_of)

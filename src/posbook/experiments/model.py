@@ -366,7 +366,11 @@ class Attention(nn.Module):
         if self.rotary:
             cos, sin = (self.cos[:t], self.sin[:t]) if self.dynamic_rope is None else (
                 t_.to(x.device) for t_ in _rope_tables(self.dynamic_rope, t, seq_len=t))
-            q, k = _apply_rope_reference(q, cos, sin, "half"), _apply_rope_reference(k, cos, sin, "half")
+            # The rotation runs in float32 whatever autocast computes q and k in (a no-op in float32): a bfloat16
+            # product would round every rotated pair to 8 bits of mantissa, far past the tables' own precision.
+            dtype = q.dtype
+            q = _apply_rope_reference(q.float(), cos, sin, "half").to(dtype)
+            k = _apply_rope_reference(k.float(), cos, sin, "half").to(dtype)
         if config.attn_temperature != 1.0:
             # Dividing q divides every logit q·k (and every ALiBi/T5 bias is added after, unscaled, as in attention()).
             q = q / config.attn_temperature
