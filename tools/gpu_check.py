@@ -7,12 +7,14 @@ throughput and MFU against a plain SDPA GPT, the GPU-scale Part V records, and t
     python tools/gpu_check.py --fetch-wheels DIR                     # here: the Python 3.12 wheels it lacks there
 
 Everything lands in OUT, at most eight files: ``report.json`` (each step's status, seconds and numbers),
-``gpu_check.log`` (all output, the unit tests' and the notebooks' included), ``unit.xml`` (JUnit), the two GPU
+``gpu_check.log`` (all output, the unit tests' included), ``unit.xml`` (JUnit), the two GPU
 records (``extrapolation.colab.json``, ``context_extension.colab.json``) and ``notebooks.tar.gz`` (the executed
 chapters). A step that fails is reported and the next one still runs; the exit status is 1 if any step failed.
 
-The steps share one time budget: the records stop starting new runs when their share is spent, and a step that
-cannot fit in what is left is skipped and says so. The dry run is what the test suite runs, so a typo here fails
+The steps share one time budget: the records stop starting new runs when their share is spent; the chapters,
+which read those records, then execute in processes of their own while the tests and timings run (so the timings
+share the machine with them: each ratio is measured side by side, both arms alike); a step that cannot fit in what
+is left is skipped and says so. The dry run is what the test suite runs, so a typo here fails
 on the CPU and not in a GPU run that is hard to come by.
 """
 
@@ -31,7 +33,6 @@ import tarfile
 import tempfile
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -49,8 +50,8 @@ WHEELS = ["nbclient", "nbformat", "jupyter_client", "jupyter_core", "ipykernel",
           "pure_eval", "ipywidgets", "widgetsnbextension", "jupyterlab_widgets"]
 WHEEL_PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
                    "manylinux1_x86_64"]
-# Shares of the budget: what the records may take before no new run starts, and the notebooks' own limit.
-RECORDS_SHARE, NOTEBOOK_SHARE = 0.40, 0.45
+# The share of the budget the records may take before no new run starts.
+RECORDS_SHARE = 0.35
 TILES = (128, 64)
 # The dry run trains these runs of each GPU grid, shrunk: a global and a local-layer model, then an evaluation and
 # a fine-tune stretched from the first.
@@ -296,62 +297,92 @@ def step_records(ctx: dict) -> dict:
     return out
 
 
-def step_notebooks(ctx: dict) -> dict:
-    """Execute the Part V chapters as a reader would, on the device (the dry run: one small stand-in notebook),
-    in parallel, and pack the executed copies into OUT/notebooks.tar.gz."""
+def step_start_notebooks(ctx: dict) -> dict:
+    """Start executing the Part V chapters as a reader would, on the device (the dry run: one small stand-in
+    notebook), one process each, while the next steps run; they read the GPU records just written."""
     import nbformat
-    from nbclient import NotebookClient
     folder = Path(tempfile.mkdtemp(prefix="posbook-nb-"))
     if ctx["dry_run"]:
         stub = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
             "import posbook as pb\nfrom posbook.experiments import sweep\n"
             "print(pb.default_device(), len(sweep.load_record('extrapolation')))")])
-        sources = {"stub": stub}
+        nbformat.write(stub, folder / "stub.source.ipynb")
+        sources = {"stub": folder / "stub.source.ipynb"}
     else:
-        sources = {name: nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4) for name in PART_V}
-    limit = max(60, min(ctx["left"]() - 10, ctx["budget"] * NOTEBOOK_SHARE))
+        sources = {name: ROOT / "notebooks" / f"{name}.ipynb" for name in PART_V}
+    cell_timeout = int(max(60, ctx["left"]() - 20))
+    procs = {}
+    for name, source in sources.items():
+        with (folder / f"{name}.log").open("w") as output:     # a file, not a pipe: nothing blocks on a full buffer
+            procs[name] = subprocess.Popen([sys.executable, __file__, "--execute", str(source),
+                                            str(folder / f"{name}.ipynb"), "--cell-timeout", str(cell_timeout)],
+                                           cwd=ROOT, start_new_session=True, stdout=output, stderr=subprocess.STDOUT)
+    ctx["notebooks"] = {"folder": folder, "started": time.monotonic(), "procs": procs}
+    return {"started": sorted(sources), "cell_timeout_s": cell_timeout}
 
-    def execute(item):
-        name, nb = item
-        start = time.perf_counter()
+
+def step_notebooks(ctx: dict) -> dict:
+    """Wait for the chapters started by step_start_notebooks (until the budget ends), and pack the executed copies
+    into OUT/notebooks.tar.gz."""
+    import signal
+    state = ctx.get("notebooks")
+    if state is None:
+        raise RuntimeError("the notebooks were never started (see start_notebooks)")
+    results = {}
+    for name, proc in state["procs"].items():
         try:
-            NotebookClient(nb, timeout=int(limit), kernel_name="python3",
-                           resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
-            error = None
-        except Exception as exc:          # one chapter's failure is reported with the others' results
-            error = f"{type(exc).__name__}: {str(exc)[-1500:]}"
-        nbformat.write(nb, folder / f"{name}.ipynb")
-        return name, {"seconds": time.perf_counter() - start, "error": error}
-
-    env_threads = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "2"      # the kernels share the machine's cores
-    try:
-        with ThreadPoolExecutor(len(sources)) as pool:
-            results = dict(pool.map(execute, sources.items()))
-    finally:
-        if env_threads is None:
-            os.environ.pop("OMP_NUM_THREADS")
-        else:
-            os.environ["OMP_NUM_THREADS"] = env_threads
+            proc.wait(timeout=max(1, ctx["left"]() - 5))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)        # the kernel it started goes with it
+            proc.wait()
+            results[name] = {"error": "out of time", "seconds": time.monotonic() - state["started"]}
+            continue
+        status = state["folder"] / f"{name}.json"
+        output = (state["folder"] / f"{name}.log").read_text()
+        results[name] = (json.loads(status.read_text()) if status.exists() else
+                         {"error": f"exit status {proc.returncode}: {output[-1500:]}", "seconds": None})
     with tarfile.open(ctx["out"] / "notebooks.tar.gz", "w:gz") as tar:
-        for path in sorted(folder.glob("*.ipynb")):
-            tar.add(path, arcname=path.name)
-    failed = {name: r["error"] for name, r in results.items() if r["error"]}
+        for name in results:
+            path = state["folder"] / f"{name}.ipynb"
+            if path.exists():
+                tar.add(path, arcname=path.name)
     for name, r in results.items():
-        ctx["log"](f"{name}: {'FAILED ' + r['error'] if r['error'] else 'ok'} ({r['seconds']:.0f} s)")
+        ctx["log"](f"{name}: {'FAILED ' + r['error'] if r['error'] else 'ok'} ({r['seconds'] or 0:.0f} s)")
+    failed = sorted(name for name, r in results.items() if r["error"])
     if failed:
-        raise RuntimeError(f"{len(failed)} chapter(s) failed: {sorted(failed)}")
+        raise RuntimeError(f"{len(failed)} chapter(s) failed: {failed}")
     return results
+
+
+def execute_notebook(source: Path, target: Path, cell_timeout: int) -> int:
+    """Execute one notebook (in notebooks/, as the book does) and write it to target, with target.json saying how
+    long it took and what failed."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(source, as_version=4)
+    start = time.perf_counter()
+    error = None
+    try:
+        # Two threads a kernel: five chapters share the machine's cores with the steps running meanwhile.
+        NotebookClient(nb, timeout=cell_timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute(
+            env={**os.environ, "OMP_NUM_THREADS": "2"})
+    except Exception as exc:           # reported in the JSON beside the executed copy
+        error = f"{type(exc).__name__}: {str(exc)[-1500:]}"
+    nbformat.write(nb, target)
+    target.with_suffix(".json").write_text(json.dumps({"seconds": time.perf_counter() - start, "error": error}))
+    return 0 if error is None else 1
 
 
 STEPS: list[tuple[str, Callable[[dict], dict], float]] = [
     # name, function, the least time (s) it needs to be worth starting on a GPU
     ("device", step_device, 0),
     ("records", step_records, 60),
+    ("start_notebooks", step_start_notebooks, 120),    # they run while the three steps after them do
     ("unit_tests", step_unit_tests, 30),
     ("local_attention", step_local_attention, 30),
     ("throughput", step_throughput, 60),
-    ("notebooks", step_notebooks, 60),
+    ("notebooks", step_notebooks, 0),
 ]
 
 
@@ -464,9 +495,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheels", type=Path, help="a folder of wheels to install first (see --fetch-wheels)")
     parser.add_argument("--fetch-wheels", type=Path, metavar="DIR",
                         help="download the Python 3.12 wheels the GPU machine lacks into DIR, then stop")
+    # Internal: one chapter's execution, in a process of its own (step_start_notebooks).
+    parser.add_argument("--execute", nargs=2, type=Path, metavar=("SOURCE", "TARGET"), help=argparse.SUPPRESS)
+    parser.add_argument("--cell-timeout", type=int, default=600, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.fetch_wheels is not None:
         return fetch_wheels(args.fetch_wheels)
+    if args.execute is not None:
+        return execute_notebook(*args.execute, args.cell_timeout)
     if args.out is None:
         parser.error("OUT (the output folder) is required unless --fetch-wheels is given")
     if args.budget_s <= 0:
