@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _checks
-from .core import _check_qkv, _check_query_scale, _check_flex_backward
+from .core import _check_flex_backward, _check_qkv, _check_query_scale
 from .masks import block_mask, local_size
 
 LOCAL_IMPLS = ("auto", "blocked", "flex")
@@ -87,21 +87,8 @@ def local_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str
     if query_scale is not None:  # a per-row factor on the logits is the same factor on that query
         q = q * query_scale.to(q.dtype).unsqueeze(-1)
     if _local_impl(impl, q) == "flex":
-        size = window if kind == "sliding" else chunk_size
-        tile = block_size or FLEX_BLOCK_SIZE
-        # Inside a compiled model the mask is traced into the graph (a cache lookup would break it); eagerly it is
-        # built once per shape and reused.
-        build = _block_mask_of if torch.compiler.is_compiling() else _local_block_mask
-        mask = build(kind, size, t, q.device, tile)
-        from torch.nn.attention.flex_attention import flex_attention
-        if torch.compiler.is_compiling():        # the enclosing compile fuses it
-            return flex_attention(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
-        if q.device.type == "cuda":
-            return _compiled_flex()(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
-        with warnings.catch_warnings():
-            # Eager flex_attention warns that it is not fused; off CUDA that is the point (a reference run).
-            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            return flex_attention(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
+        return _flex_local(q, k, v, kind, window if kind == "sliding" else chunk_size, scale,
+                           block_size or FLEX_BLOCK_SIZE, gqa)
     if kind == "chunked":
         n_chunks = -(-t // chunk_size)
         pad = n_chunks * chunk_size - t
@@ -136,6 +123,23 @@ def local_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str
     out = F.scaled_dot_product_attention(q_blocks, k_blocks, v_blocks, attn_mask=mask, scale=scale, enable_gqa=gqa)
     out = out.view(batch, n_blocks, hq, block, v.shape[-1]).transpose(1, 2).flatten(2, 3)
     return out[:, :, :t]
+
+
+def _flex_local(q, k, v, kind: str, size: int, scale: float, tile: int, gqa: bool) -> torch.Tensor:
+    """flex_attention on the local layer's BlockMask: inside a compiled model the mask is traced into the graph and
+    the enclosing compile fuses the kernel; eagerly the mask is cached per shape, and CUDA runs the kernel compiled
+    on its own (anywhere else eagerly: the unfused reference, for tests)."""
+    from torch.nn.attention.flex_attention import flex_attention
+    if torch.compiler.is_compiling():          # a cache lookup here would break the graph
+        mask = _block_mask_of(kind, size, q.shape[-2], q.device, tile)
+        return flex_attention(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
+    mask = _local_block_mask(kind, size, q.shape[-2], q.device, tile)
+    if q.device.type == "cuda":
+        return _compiled_flex()(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
+    with warnings.catch_warnings():
+        # Eager flex_attention warns that it is not fused; off CUDA that is the point (a reference run).
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        return flex_attention(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
 
 
 @functools.cache
