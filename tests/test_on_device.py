@@ -90,6 +90,22 @@ def test_flex_local_attention_traces_into_one_graph(device, kind, size):
     torch.testing.assert_close(compiled(*here).cpu().double(), reference, **FLOAT32)
 
 
+def test_the_model_with_flex_local_layers_traces_into_one_graph(device, monkeypatch):
+    """The CUDA path of the experiment model's local layers (flex, as impl="auto" picks on a GPU), forced here on
+    whatever device this is and traced with fullgraph=True: the model code around the kernel breaks no graph.
+    Forward only: flex has no backward on the CPU."""
+    import posbook.local
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=4, n_embd=64, n_head=4, pattern="SCSN", window=16, chunk_size=16,
+                          max_seq_len=128)).to(device).eval()
+    idx = torch.randint(0, 256, (2, 100), generator=torch.Generator().manual_seed(1)).to(device)
+    with torch.no_grad():
+        blocked = model(idx)
+        monkeypatch.setattr(posbook.local, "_local_impl", lambda impl, q: "flex")
+        traced = torch.compile(model, backend="eager", fullgraph=True)(idx)
+    torch.testing.assert_close(traced, blocked, **FLOAT32)
+
+
 def test_the_experiment_model_on_the_device_computes_what_it_computes_on_the_cpu(device):
     """Every layer kind but D in one model (with local layers through posbook.local's kernels on the device)."""
     torch.manual_seed(0)
@@ -139,10 +155,19 @@ def test_float16_with_a_gradient_scaler_trains_on_a_gpu(monkeypatch):
 
 @pytest.mark.cuda
 def test_a_compiled_model_with_flex_local_layers_equals_the_eager_model():
+    """Every layer code, head_dim 16 (so the local layers take compiled flex_attention), one graph
+    (fullgraph=True: the block masks are traced into it), forward and gradients as the eager model's."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=4, n_embd=128, n_head=4, pattern="SSSN", window=64, max_seq_len=512)).cuda().eval()
+    config = GPTConfig(n_layer=9, n_embd=64, n_head=4, pattern="RNSCPHATD", window=64, chunk_size=64,
+                       max_seq_len=512)
+    eager = GPT(config).cuda()
+    compiled_model = GPT(config).cuda()
+    compiled_model.load_state_dict(eager.state_dict())
+    compiled = torch.compile(compiled_model, fullgraph=True)
     idx = torch.randint(0, 256, (2, 512), device="cuda")
-    with torch.no_grad():
-        eager = model(idx)
-        compiled = torch.compile(model, fullgraph=True)(idx)   # the block masks are traced into the graph
-    torch.testing.assert_close(compiled, eager, rtol=1e-3, atol=1e-3)
+    out_eager, out_compiled = eager(idx), compiled(idx)
+    torch.testing.assert_close(out_compiled, out_eager, rtol=1e-3, atol=1e-3)
+    out_eager.logsumexp(-1).mean().backward()
+    out_compiled.logsumexp(-1).mean().backward()
+    for (name, p), q in zip(eager.named_parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-5, msg=name)
