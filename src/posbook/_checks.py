@@ -54,7 +54,8 @@ def number(name: str, value: Any, *, positive: bool = False, min_value: float | 
         raise TypeError(f"{name} must be {kind}, got {type(value).__name__} {_show(value)}")
     if integer and not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value):
+    # Only a float can be inf or NaN. (Asking an int is also what a compiled model cannot do with a symbolic size.)
+    if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r}")
     if positive and not value > 0:
         raise ValueError(f"{name} must be > 0, got {value!r}")

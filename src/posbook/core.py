@@ -178,7 +178,10 @@ def _sdpa(q, k, v, scale, query_scale, bias, mask, causal):
     tq, tk = q.shape[-2], k.shape[-2]
     if query_scale is not None:  # a per-row factor on the logits is the same factor on that query
         q = q * query_scale.to(q.dtype).unsqueeze(-1)
-    is_causal = causal and bias is None and mask is None and tq == tk  # SDPA's is_causal is top-left aligned
+    # SDPA's is_causal is top-left aligned. Under a compile with dynamic shapes tq == tk is symbolic and SDPA takes
+    # a Python bool: branching on it makes the compiler decide it, with a guard on shapes (not on values).
+    same_length = True if tq == tk else False  # noqa: SIM210
+    is_causal = causal and bias is None and mask is None and same_length
     if causal and not is_causal:
         mask = _combined_mask(mask, True, tq, tk, q.device)
     attn_mask = mask

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from . import _checks
 from .core import _check_flex_backward, _check_qkv, _check_query_scale
-from .masks import block_mask, local_size
+from .masks import block_mask, local_size, mask_mod
 
 LOCAL_IMPLS = ("auto", "blocked", "flex")
 FLEX_BLOCK_SIZE = 128          # flex_attention's own default tile: 128 queries × 128 keys
@@ -129,9 +129,13 @@ def _flex_local(q, k, v, kind: str, size: int, scale: float, tile: int, gqa: boo
     """flex_attention on the local layer's BlockMask: inside a compiled model the mask is traced into the graph and
     the enclosing compile fuses the kernel; eagerly the mask is cached per shape, and CUDA runs the kernel compiled
     on its own (anywhere else eagerly: the unfused reference, for tests)."""
-    from torch.nn.attention.flex_attention import flex_attention
-    if torch.compiler.is_compiling():          # a cache lookup here would break the graph
-        mask = _block_mask_of(kind, size, q.shape[-2], q.device, tile)
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    if torch.compiler.is_compiling():
+        # Traced into the graph: no cache lookup (it would break the graph) and no checks of T, which is symbolic
+        # once a second length has made the compiled model's shapes dynamic.
+        t = q.shape[-2]
+        rule = mask_mod(kind, **{"window" if kind == "sliding" else "chunk_size": size})
+        mask = create_block_mask(rule, B=None, H=None, Q_LEN=t, KV_LEN=t, device=q.device, BLOCK_SIZE=tile)
         return flex_attention(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
     mask = _local_block_mask(kind, size, q.shape[-2], q.device, tile)
     if q.device.type == "cuda":
@@ -151,12 +155,9 @@ def _compiled_flex():
     return torch.compile(flex_attention)
 
 
-def _block_mask_of(kind: str, size: int, t: int, device: torch.device, tile: int):
-    """The BlockMask of a local layer at length t, shared by every batch entry and head."""
+@functools.lru_cache(maxsize=64)
+def _local_block_mask(kind: str, size: int, t: int, device: torch.device, tile: int):
+    """The BlockMask of a local layer at length t, shared by every batch entry and head: one per layer shape and
+    length, since it holds nothing of the batch (eager calls only; a compiled model builds it in its graph)."""
     options = {"window": size} if kind == "sliding" else {"chunk_size": size}
     return block_mask(kind, t, **options, block_size=tile, device=device)
-
-
-# Eagerly, one mask per layer shape and length: it holds nothing of the batch, so every forward at that length
-# reuses it.
-_local_block_mask = functools.lru_cache(maxsize=64)(_block_mask_of)
