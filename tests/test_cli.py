@@ -88,6 +88,8 @@ EXPERIMENTS_CASES = [
     (["sweep", "nope"], "invalid choice"),
     (["sweep", "extrapolation", "--jobs", "x"], "expected a positive integer"),
     (["sweep", "extrapolation", "--jobs", "0"], "expected a positive integer"),
+    (["sweep", "long_context", "--preset", "colab"], "grid 'long_context' has no colab version"),
+    (["sweep", "extrapolation", "--preset", "tpu"], "invalid choice"),
     (["show", "nope"], "invalid choice"),
 ]
 
@@ -112,3 +114,13 @@ def test_an_unavailable_device_is_refused_by_name(files, capsys, monkeypatch):
         monkeypatch.setenv("POSBOOK_DEVICE", device)
         status, lines = _run(experiments_main, ["evaluate", str(files / "foreign.pt")], capsys)
         assert status == 2 and len(lines) == 1 and words in lines[0], lines
+
+
+def test_sweep_lists_a_grid_at_gpu_scale(capsys):
+    """``sweep GRID --preset colab`` reaches the GPU-scale grid: --list names its runs and whether each is recorded."""
+    from posbook.experiments import sweep
+    status = experiments_main(["sweep", "extrapolation", "--preset", "colab", "--list"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    runs = sweep.GRIDS["extrapolation.colab"]()
+    assert status == 0 and [line.split()[0] for line in lines] == list(runs)
+    assert all(line.split()[-1] in ("recorded", "train") for line in lines)
