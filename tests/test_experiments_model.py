@@ -145,18 +145,26 @@ def _every_code(**options) -> GPTConfig:
 def test_compiled_model_with_every_layer_code_has_no_graph_break_and_agrees_with_eager():
     # fullgraph=True fails on the first graph break: a host synchronisation (.item(), bool(tensor)) in any layer's
     # forward, or any Python the compiler cannot trace, would stop it here.
+    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    assert_compiled_equals_eager(_every_code(logit_scaling="swan"), idx, out=dict(rtol=1e-5, atol=1e-5),
+                                 grad=dict(rtol=1e-4, atol=1e-6))
+
+
+def assert_compiled_equals_eager(config: GPTConfig, idx: torch.Tensor, *, out: dict, grad: dict) -> None:
+    """One model compiled with fullgraph=True and its eager twin (same weights) agree on idx: logits within
+    ``out`` and every parameter's gradient within ``grad`` (assert_close tolerances). Also used on CUDA by
+    tests/test_on_device.py."""
     torch.manual_seed(0)
-    eager = GPT(_every_code(logit_scaling="swan"))
-    compiled_model = GPT(_every_code(logit_scaling="swan"))
+    eager = GPT(config).to(idx.device)
+    compiled_model = GPT(config).to(idx.device)
     compiled_model.load_state_dict(eager.state_dict())
     compiled = torch.compile(compiled_model, fullgraph=True)
-    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
     out_eager, out_compiled = eager(idx), compiled(idx)
-    torch.testing.assert_close(out_compiled, out_eager, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out_compiled, out_eager, **out)
     out_eager.logsumexp(-1).mean().backward()
     out_compiled.logsumexp(-1).mean().backward()
     for (name, p), q in zip(eager.named_parameters(), compiled_model.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(q.grad, p.grad, **grad, msg=name)
 
 
 @pytest.mark.parametrize("options", [{"sinks": True, "pattern": "RNSCPHAT"}, {"softcap": 30.0, "pattern": "RNSCPHAT"},

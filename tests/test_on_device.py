@@ -15,6 +15,7 @@ from posbook.device import TrainingPrecision, training_precision
 from posbook.experiments import trainer
 from posbook.experiments.model import GPT, GPTConfig
 from posbook.experiments.trainer import TrainConfig, train
+from test_experiments_model import assert_compiled_equals_eager
 
 # float32 on the device against float64 on the CPU: SDPA, flex_attention and cuBLAS sum in other orders.
 FLOAT32 = dict(rtol=1e-4, atol=1e-5)
@@ -160,17 +161,7 @@ def test_float16_with_a_gradient_scaler_trains_on_a_gpu(monkeypatch):
 def test_a_compiled_model_with_flex_local_layers_equals_the_eager_model():
     """Every layer code, head_dim 16 (so the local layers take compiled flex_attention), one graph
     (fullgraph=True: the block masks are traced into it), forward and gradients as the eager model's."""
-    torch.manual_seed(0)
     config = GPTConfig(n_layer=9, n_embd=64, n_head=4, pattern="RNSCPHATD", window=64, chunk_size=64,
                        max_seq_len=512)
-    eager = GPT(config).cuda()
-    compiled_model = GPT(config).cuda()
-    compiled_model.load_state_dict(eager.state_dict())
-    compiled = torch.compile(compiled_model, fullgraph=True)
     idx = torch.randint(0, 256, (2, 512), device="cuda")
-    out_eager, out_compiled = eager(idx), compiled(idx)
-    torch.testing.assert_close(out_compiled, out_eager, rtol=1e-3, atol=1e-3)
-    out_eager.logsumexp(-1).mean().backward()
-    out_compiled.logsumexp(-1).mean().backward()
-    for (name, p), q in zip(eager.named_parameters(), compiled_model.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-5, msg=name)
+    assert_compiled_equals_eager(config, idx, out=dict(rtol=1e-3, atol=1e-3), grad=dict(rtol=1e-3, atol=1e-5))
