@@ -17,6 +17,7 @@ window / chunk of T/4, so they do less work than a global layer. Goal: every cod
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -69,21 +70,38 @@ class PlainGPT(nn.Module):
         return self.head(self.norm(x)).float()
 
 
-def tokens_per_s(model: nn.Module, batch: int, t: int, vocab: int, steps: int) -> float:
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def tokens_per_s(model: nn.Module, batch: int, t: int, vocab: int, steps: int, *, device=None, precision=None,
+                 backend: str | None = None, warmup: int = 2) -> float:
+    """Training tokens/s (forward, backward, AdamW) on random tokens, the median over ``steps`` timed steps after
+    ``warmup`` untimed ones. ``device`` (default: the CPU), ``precision`` (a posbook.device.TrainingPrecision: its
+    autocast; default none) and ``backend`` (a torch.compile backend; default: eager, not compiled) serve
+    tools/gpu_check.py on a GPU; the defaults are this script's CPU measurement."""
+    device = torch.device("cpu") if device is None else torch.device(device)
+    step_model = model if backend is None else torch.compile(model, backend=backend)
+    autocast = precision.autocast(device) if precision is not None else contextlib.nullcontext()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     gen = torch.Generator().manual_seed(0)
     times = []
-    for step in range(steps + 2):
-        idx = torch.randint(0, vocab, (batch, t + 1), generator=gen)
+    for step in range(steps + warmup):
+        idx = torch.randint(0, vocab, (batch, t + 1), generator=gen).to(device)
+        sync(device)
         start = time.perf_counter()
-        logits = model(idx[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
+        with autocast:
+            logits = step_model(idx[:, :-1])
+            loss = F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if step >= 2:
+        sync(device)
+        if step >= warmup:
             times.append(time.perf_counter() - start)
     return batch * t / statistics.median(times)
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so a timer sees it (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def layer_code_table(args) -> None:

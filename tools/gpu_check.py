@@ -122,9 +122,10 @@ def step_device(ctx: dict) -> dict:
 
     import posbook as pb
     from posbook.device import training_precision
+    from posbook.experiments.trainer import _git_sha
     device = ctx["device"]
     out = {"python": platform.python_version(), "torch": torch.__version__, "device": str(device),
-           "cuda": torch.version.cuda, "posbook_commit": _git_sha()}
+           "cuda": torch.version.cuda, "posbook_commit": _git_sha()}  # the code that runs
     if device.type == "cuda":
         out |= {"name": torch.cuda.get_device_name(device), "capability": list(torch.cuda.get_device_capability(device)),
                 "memory_gib": round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1)}
@@ -156,6 +157,8 @@ def step_local_attention(ctx: dict) -> dict:
     import torch.nn.functional as F
 
     import posbook as pb
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from local_attention import pairs, timed
     device, dry = ctx["device"], ctx["dry_run"]
     t, w, batch, heads, d = (256, 16, 1, 2, 16) if dry else (4096, 128, 4, 8, 64)
     dtype = torch.float32 if dry else torch.bfloat16
@@ -164,9 +167,7 @@ def step_local_attention(ctx: dict) -> dict:
     reference = pb.attention(q.float(), k.float(), v.float(), mask=pb.attention_mask("sliding", t, window=w,
                                                                                     device=device), impl="sdpa")
     out = {"T": t, "W": w, "batch": batch, "heads": heads, "head_dim": d, "dtype": str(dtype)}
-    pairs_causal = t * (t + 1) // 2
-    pairs_sliding = sum(min(i + 1, w) for i in range(t))
-    out["flop_ratio"] = pairs_causal / pairs_sliding
+    out["flop_ratio"] = pairs("causal", t, w) / pairs("sliding", t, w)
     # flex_attention has no backward on the CPU: the dry run times the forward passes alone.
     backward = not dry
     leaves = [x.detach().requires_grad_(backward) for x in (q, k, v)]
@@ -180,7 +181,7 @@ def step_local_attention(ctx: dict) -> dict:
         finish(F.scaled_dot_product_attention(*leaves, is_causal=True))
 
     repeats = 3 if dry else 20
-    out["dense_causal_ms"] = _median_ms(dense, device, repeats)
+    out["dense_causal_ms"] = timed(dense, repeats, warmup=2) * 1e3
     for tile in TILES:           # flex's default tile, and a finer one that wastes less of a 128-wide window
         try:
             flex = pb.local_attention(q, k, v, kind="sliding", window=w, impl="flex", block_size=tile)
@@ -188,8 +189,8 @@ def step_local_attention(ctx: dict) -> dict:
             out[f"max_abs_diff_tile{tile}"] = diff
             if diff > (1e-4 if dry else 3e-2):
                 raise RuntimeError(f"flex sliding attention (tiles of {tile}) differs from the reference by {diff:.3g}")
-            ms = _median_ms(lambda: finish(pb.local_attention(*leaves, kind="sliding", window=w, impl="flex",
-                                                              block_size=tile)), device, repeats)
+            ms = timed(lambda: finish(pb.local_attention(*leaves, kind="sliding", window=w, impl="flex",
+                                                         block_size=tile)), repeats, warmup=2) * 1e3
         except Exception as exc:           # reported; the step fails below only if no tile worked
             out[f"error_tile{tile}"] = f"{type(exc).__name__}: {str(exc)[:500]}"
             continue
@@ -209,13 +210,12 @@ def step_throughput(ctx: dict) -> dict:
     """Training tokens/s of the colab preset's model (pattern R) against a plain SDPA GPT of the same size, both
     under torch.compile, in the device's training precision; MFU against the GPU's dense bf16 peak."""
     import torch
-    import torch.nn.functional as F
 
     from posbook.device import training_precision
     from posbook.experiments.model import GPT, GPTConfig
-    from posbook.experiments.trainer import PEAK_FLOPS, PRESETS
+    from posbook.experiments.trainer import PRESETS, _peak_flops
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from model_throughput import PlainGPT
+    from model_throughput import PlainGPT, tokens_per_s
 
     device, dry = ctx["device"], ctx["dry_run"]
     preset = PRESETS["colab"]
@@ -230,41 +230,23 @@ def step_throughput(ctx: dict) -> dict:
     plain = PlainGPT(256, width, layers, heads, t).to(device)
     flops = ours.flops_per_token(t)
 
-    def tokens_per_s(model, steps):
-        compiled = torch.compile(model, backend=backend)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-        gen = torch.Generator(device=device).manual_seed(0)
-        times = []
-        for step in range(steps + 3):           # three warm-up steps: compilation, autotuning, allocator
-            idx = torch.randint(0, 256, (batch, t + 1), device=device, generator=gen)
-            _sync(device)
-            start = time.perf_counter()
-            with precision.autocast(device):
-                loss = F.cross_entropy(compiled(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            _sync(device)
-            if step >= 3:
-                times.append(time.perf_counter() - start)
-        return batch * t / statistics.median(times)
-
     steps = 3 if dry else 30
     out = {"layers": layers, "width": width, "heads": heads, "T": t, "batch": batch, "dtype": str(precision.dtype),
            "params_posbook": ours.num_params(), "params_plain": sum(p.numel() for p in plain.parameters()),
            "flops_per_token": flops}
     rounds = {"posbook": [], "plain": []}
+    # Three warm-up steps: compilation, autotuning, the allocator.
+    options = dict(device=device, precision=precision, backend=backend, warmup=3)
     for _ in range(1 if dry else 2):        # alternated, so that drifting clocks hit both alike
-        rounds["posbook"].append(tokens_per_s(ours, steps))
-        rounds["plain"].append(tokens_per_s(plain, steps))
+        rounds["posbook"].append(tokens_per_s(ours, batch, t, 256, steps, **options))
+        rounds["plain"].append(tokens_per_s(plain, batch, t, 256, steps, **options))
     out["tokens_per_s_posbook"] = statistics.median(rounds["posbook"])
     out["tokens_per_s_plain"] = statistics.median(rounds["plain"])
     out["ratio"] = out["tokens_per_s_posbook"] / out["tokens_per_s_plain"]
     out["goal"] = "posbook >= 0.95 x plain"
     out["goal_met"] = out["ratio"] >= 0.95
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        peak = next((value for key, value in PEAK_FLOPS.items() if key in name), None)
+        peak = _peak_flops(device)
         out["peak_flops"] = peak
         if peak:
             out["mfu_posbook"] = flops * out["tokens_per_s_posbook"] / peak
@@ -397,25 +379,6 @@ def _shrunk(run):
                    batch_size=2, eval_batches=1, corpus_bytes=1_000_000)
 
 
-def _median_ms(fn: Callable[[], None], device, repeats: int) -> float:
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
-def _sync(device) -> None:
-    import torch
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _junit_counts(xml: Path) -> dict:
     import xml.etree.ElementTree as ET
     if not xml.exists():
@@ -426,14 +389,6 @@ def _junit_counts(xml: Path) -> dict:
     counts["failed"] = counts.pop("failures")
     counts["passed"] = counts["tests"] - counts["failed"] - counts["errors"] - counts["skipped"]
     return counts
-
-
-def _git_sha() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=5).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def run(out: Path, *, dry_run: bool, budget: float, wheels: Path | None) -> int:

@@ -213,6 +213,11 @@ def run_grid(grid: str, runs: dict[str, TrainConfig], *, retrain: bool = False, 
         record[label] = {"id": run_id(runs[label]), **next(trained)}
         if save:        # after every run, so that an interrupted sweep keeps what it has done
             _write_record(grid, record, order=list(runs))
+    return _current_runs(record, runs)
+
+
+def _current_runs(record: dict[str, dict[str, Any]], runs: dict[str, TrainConfig]) -> dict[str, dict[str, Any]]:
+    """The entries of ``record`` made for the current configuration of a run of ``runs``, in the runs' order."""
     return {label: record[label] for label in runs if record.get(label, {}).get("id") == run_id(runs[label])}
 
 
@@ -583,8 +588,7 @@ def gpu_records(grid: str) -> dict[str, dict[str, Any]]:
     shows beside its CPU record (never needed: the CPU record is what the page checks)."""
     name = grid_name(grid, "colab")
     record = load_record(name)
-    runs = GRIDS[name]()
-    return {label: record[label] for label in runs if record.get(label, {}).get("id") == run_id(runs[label])}
+    return _current_runs(record, GRIDS[name]())
 
 
 # The recorded runs whose trained weights ship with posbook, for the pages that probe or stretch trained models

@@ -66,6 +66,14 @@ PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A
               "T4": 65e12, "V100": 125e12}
 
 
+def _peak_flops(device: torch.device) -> float | None:
+    """The dense bf16 peak of a CUDA device from PEAK_FLOPS by its name, None for an unknown GPU or not a GPU."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((value for key, value in PEAK_FLOPS.items() if key in name), None)
+
+
 def choose_preset() -> str:
     """``POSBOOK_PRESET`` if set, else ``full`` under torchrun on GPUs, ``colab`` on one GPU, ``cpu`` otherwise."""
     preset = os.environ.get("POSBOOK_PRESET")
@@ -522,8 +530,7 @@ def train(run: TrainConfig) -> dict[str, Any]:
     tokens_per_s = tokens_seen / train_time if train_time else None
     mfu = None
     if device.type == "cuda" and tokens_per_s:
-        name = torch.cuda.get_device_name(device)
-        peak = next((v for k, v in PEAK_FLOPS.items() if k in name), None)
+        peak = _peak_flops(device)
         seq = run.seq_len if run.task == "text" else config.max_seq_len
         mfu = model.flops_per_token(seq) * tokens_per_s / (peak * world) if peak else None
     results = {
