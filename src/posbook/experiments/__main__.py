@@ -8,12 +8,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
+from pathlib import Path
+from typing import Any
 
-from .._cli import positive_int
-from .model import ABSOLUTE_POSITIONS, LAYER_CODES, LOGIT_SCALINGS, QK_NORM_MODES
-from .sweep import GRID_PRESETS, GRIDS, flat_metrics, grid_name, load_record, record_path, run_grid, stale_labels
-from .trainer import PRESETS, TASK_NAMES, TrainConfig, evaluate, load_model, train
+from .._cli import positive_int, quiet_on_closed_pipe, sweep_command
+from ..device import default_device
+from .model import ABSOLUTE_POSITIONS, LAYER_CODES, LOGIT_SCALINGS, QK_NORM_MODES, GPTConfig
+from .sweep import (GRID_PRESETS, GRIDS, SHIPPED_RECORDS, flat_metrics, grid_name, load_record, record_path,
+                    run_grid, stale_labels)
+from .trainer import PRESETS, TASK_NAMES, TrainConfig, evaluate, gpt_config, load_model, train
+
+# Help texts are read in a terminal: plain words, no reST markup (the module docstring above is for the API page).
+_DESCRIPTION = "Train and evaluate the experiment chapters' small models, and train and read their recorded grids."
+_EPILOG = ("Run python -m posbook.experiments COMMAND --help for the options of a command. Under torchrun "
+           "(torchrun --nproc_per_node=N -m posbook.experiments train ...) every process runs the same command "
+           "and training uses DistributedDataParallel.")
+TABLE_WIDTH = 100   # show's tables fit a terminal this wide: wider ones are split into pages of columns
 
 
 def _sizes(text: str) -> list[int]:
@@ -26,157 +39,306 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+def _folder(text: str) -> Path:
+    """An argparse type: a folder, which may not exist yet, but not a file."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"expected a folder, got the file {text!r}")
+    return path
+
+
 class _OneLineParser(argparse.ArgumentParser):
     # argparse prints its usage before the error; here a bad command line is one line, like every other failure.
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="python -m posbook.experiments", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
+def _model_default(name: str) -> Any:
+    """A GPTConfig field's default, for the help of the option that overrides it."""
+    return GPTConfig.__dataclass_fields__[name].default
 
-    t = sub.add_parser("train", help="train one model and write checkpoint.pt and results.json to --out")
-    t.add_argument("--task", choices=TASK_NAMES, default="text")
-    t.add_argument("--preset", choices=sorted(PRESETS), help="default: POSBOOK_PRESET, else chosen from the hardware")
-    t.add_argument("--pattern", default="R", help="layer codes, repeated to n_layer (see the 'patterns' command)")
-    t.add_argument("--absolute-positions", choices=ABSOLUTE_POSITIONS, default="none")
-    t.add_argument("--qk-norm", choices=QK_NORM_MODES, default="none")
-    t.add_argument("--logit-scaling", choices=LOGIT_SCALINGS, default="none")
-    t.add_argument("--window", type=int)
-    t.add_argument("--chunk-size", type=int)
-    t.add_argument("--rope-theta", type=float)
-    t.add_argument("--rope-fraction", type=float)
-    t.add_argument("--sinks", action="store_true")
-    t.add_argument("--softcap", type=float)
-    t.add_argument("--n-layer", type=int)
-    t.add_argument("--n-embd", type=int)
-    t.add_argument("--n-head", type=int)
-    t.add_argument("--n-kv-head", type=int)
-    for name in ("steps", "batch-size", "seq-len", "train-max-size", "curriculum-steps", "warmup", "eval-every", "eval-batches",
-                 "checkpoint-every", "seed", "corpus-bytes"):
-        t.add_argument(f"--{name}", type=int)
-    t.add_argument("--lr", type=float)
-    t.add_argument("--eval-sizes", type=_sizes, help="comma-separated problem sizes, e.g. 8,16,32")
-    t.add_argument("--eval-seq-lens", type=_sizes, help="text: comma-separated lengths for bits per byte, e.g. 128,512")
-    t.add_argument("--out", help="output folder (checkpoint.pt, results.json)")
-    t.add_argument("--resume", action="store_true",
-                   help="continue from --out/checkpoint.pt (--out must exist; without a checkpoint it says so and "
-                        "starts from step 0)")
-    t.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+
+# The model options of train: flag -> (type, help). Each sets the GPTConfig field of its name (dashes as
+# underscores) when given; the ones the preset sets say so.
+MODEL_OPTIONS: dict[str, tuple[type, str]] = {
+    "--n-layer": (int, "number of layers (default: the preset's)"),
+    "--n-embd": (int, "model width (default: the preset's)"),
+    "--n-head": (int, "attention heads per layer (default: the preset's)"),
+    "--n-kv-head": (int, "key and value heads, fewer than --n-head for grouped-query attention (default: as many "
+                         "as --n-head)"),
+    "--window": (int, f"tokens a sliding-window layer (code S) sees (default: {_model_default('window')})"),
+    "--chunk-size": (int, f"tokens per chunk of a chunked layer (code C) (default: {_model_default('chunk_size')})"),
+    "--rope-theta": (float, f"RoPE base (default: {_model_default('rope_theta'):g})"),
+    "--rope-fraction": (float, "the fraction of frequencies that rotate in p-RoPE (code P), of dimensions in "
+                               f"partial RoPE (code H) (default: {_model_default('rope_fraction')})"),
+    "--softcap": (float, "cap the attention logits smoothly at this value, as Gemma 2 does (default: no cap)"),
+}
+# The schedule options of train: flag -> (type, help); the preset (and its entry for the task) sets all but the last
+# three.
+SCHEDULE_OPTIONS: dict[str, tuple[type, str]] = {
+    "--steps": (int, "training steps"),
+    "--batch-size": (int, "sequences per step, summed over all processes"),
+    "--seq-len": (int, "text: bytes per training sequence"),
+    "--train-max-size": (int, "tasks: train on problem sizes 1 to this size"),
+    "--lr": (float, "peak learning rate, after warmup; it decays to a tenth along a cosine"),
+    "--warmup": (int, "steps of linear learning-rate warmup"),
+    "--eval-every": (int, "evaluate every this many steps, and after the last"),
+    "--eval-batches": (int, "batches per evaluation"),
+    "--corpus-bytes": (int, "text: bytes of the corpus to read"),
+    "--curriculum-steps": (int, "tasks: grow the largest training size from 1 to --train-max-size over this many "
+                                "steps (default: 0, no curriculum)"),
+    "--checkpoint-every": (int, "also write checkpoint.pt every this many steps, to resume from (default: 0, only "
+                                "after the last step)"),
+    "--seed": (int, "seeds the initial weights and every batch (default: 0)"),
+}
+_SET_BY_PRESET = ("--steps", "--batch-size", "--seq-len", "--train-max-size", "--lr", "--warmup", "--eval-every",
+                  "--eval-batches", "--corpus-bytes")
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    t = sub.add_parser("train", help="train one model; with --out, write checkpoint.pt and results.json there",
+                       description="Train one model and print its final metrics. An option left out takes the "
+                                   "preset's value.")
+    t.add_argument("--task", choices=TASK_NAMES, default="text",
+                   help="text: next-byte prediction on the Python standard library's source; the others are "
+                        "algorithmic tasks scored by exact match (default: text)")
+    t.add_argument("--preset", choices=sorted(PRESETS),
+                   help="model size and schedule (see the presets command); default: POSBOOK_PRESET, else cpu "
+                        "without a GPU, colab on one GPU, full under torchrun")
+    model = t.add_argument_group("model")
+    model.add_argument("--pattern", default="R",
+                       help="layer codes, repeated to the number of layers, e.g. SSSN (see the patterns command; "
+                            "default: R)")
+    model.add_argument("--absolute-positions", choices=ABSOLUTE_POSITIONS, default="none",
+                       help="a table of positions added to the token embeddings (default: none)")
+    model.add_argument("--qk-norm", choices=QK_NORM_MODES, default="none",
+                       help="normalise queries and keys in every layer (all), only in the layers that rotate "
+                            "(rope), or nowhere (none, the default)")
+    model.add_argument("--logit-scaling", choices=LOGIT_SCALINGS, default="none",
+                       help="scale the logits of NoPE layers (code N) by query position: SWAN's log scaling, "
+                            "Llama 4's temperature tuning, or a constant factor (default: none)")
+    model.add_argument("--sinks", action="store_true", help="add a learned sink logit per head in every layer")
+    for flag, (kind, text) in MODEL_OPTIONS.items():
+        model.add_argument(flag, type=kind, help=text)
+    schedule = t.add_argument_group("schedule")
+    for flag, (kind, text) in SCHEDULE_OPTIONS.items():
+        schedule.add_argument(flag, type=kind, help=text + (" (default: the preset's)" if flag in _SET_BY_PRESET
+                                                            else ""))
+    evaluation = t.add_argument_group("evaluation")
+    evaluation.add_argument("--eval-sizes", type=_sizes,
+                            help="tasks: comma-separated problem sizes to report exact match at, e.g. 8,16,32 "
+                                 "(default: 1 to twice the training size, then three and four times it)")
+    evaluation.add_argument("--eval-seq-lens", type=_sizes,
+                            help="text: comma-separated lengths to report bits per byte at, e.g. 128,512 "
+                                 "(default: the training length, twice and four times it)")
+    output = t.add_argument_group("output")
+    output.add_argument("--out", metavar="DIR",
+                        help="folder for checkpoint.pt and results.json; without it nothing is saved")
+    output.add_argument("--resume", action="store_true",
+                        help="continue from --out/checkpoint.pt (--out must exist; without a checkpoint it says so "
+                             "and starts from step 0)")
+    output.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar (default: only when standard error is a terminal)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(prog="python -m posbook.experiments", description=_DESCRIPTION, epilog=_EPILOG)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_OneLineParser, metavar="COMMAND",
+                           help="one of the commands below")
+    _add_train(sub)
 
     e = sub.add_parser("evaluate", help="accuracy by size (tasks) or bits per byte (text) of a checkpoint")
-    e.add_argument("checkpoint")
-    e.add_argument("--eval-sizes", type=_sizes)
-    e.add_argument("--eval-seq-lens", type=_sizes)
+    e.add_argument("checkpoint", help="a checkpoint.pt that train wrote")
+    e.add_argument("--eval-sizes", type=_sizes,
+                   help="tasks: comma-separated problem sizes, e.g. 8,16,32 (default: those the run was trained with)")
+    e.add_argument("--eval-seq-lens", type=_sizes,
+                   help="text: comma-separated lengths, e.g. 128,512 (default: those the run was trained with)")
 
     chapter_grids = sorted(name for name in GRIDS if "." not in name)
-    w = sub.add_parser("sweep", help="train a chapter's grid of runs and write its record into the package")
-    w.add_argument("grid", choices=chapter_grids)
+    w = sub.add_parser("sweep", help="train a chapter's grid of runs and record the results, by default in the "
+                                     "installed package (--out DIR: in DIR)")
+    w.add_argument("grid", choices=chapter_grids, metavar="GRID", help="a chapter's grid: " + ", ".join(chapter_grids))
     w.add_argument("--preset", choices=GRID_PRESETS, default="cpu",
                    help="the grid's scale: cpu (the records the chapters check, trained on the CPU) or colab (the "
                         "GPU-scale version, where a grid has one; trained on the default device)")
-    w.add_argument("--jobs", type=positive_int, default=1, help="processes at once, one thread each (default 1)")
+    w.add_argument("--jobs", type=positive_int, default=1, help="processes at once, one thread each (default: 1)")
     w.add_argument("--retrain", action="store_true", help="train every run again, not only missing or stale ones")
     w.add_argument("--list", action="store_true", help="print the grid's labels and whether each is recorded")
+    w.add_argument("--out", type=_folder, metavar="DIR",
+                   help="write the record (DIR/GRID.json) and the weights it keeps into DIR, and read what is "
+                        f"already recorded there (default: {SHIPPED_RECORDS}, inside the installed package)")
 
     s = sub.add_parser("show", help="a recorded grid's final metrics per run label")
-    s.add_argument("grid", choices=sorted(GRIDS), help="a grid name; a GPU-scale grid is e.g. extrapolation.colab")
-    s.add_argument("--json", action="store_true", help="print {label: final metrics} as JSON instead of a table")
+    s.add_argument("grid", choices=sorted(GRIDS), metavar="GRID",
+                   help="a grid: " + ", ".join(sorted(GRIDS)) + " (a name with .colab is a grid's GPU-scale version)")
+    s.add_argument("--json", action="store_true", help="print {label: final metrics} as JSON instead of tables")
+    s.add_argument("--records", type=_folder, metavar="DIR",
+                   help=f"read the record from DIR, where sweep --out DIR wrote it (default: {SHIPPED_RECORDS})")
 
     sub.add_parser("presets", help="list the presets and their settings")
     sub.add_parser("patterns", help="list the layer codes a pattern is made of")
     return p
 
 
-MODEL_FLAGS = {"pattern": "pattern", "absolute_positions": "absolute_positions", "qk_norm": "qk_norm",
-               "logit_scaling": "logit_scaling", "window": "window", "chunk_size": "chunk_size",
-               "rope_theta": "rope_theta", "rope_fraction": "rope_fraction", "softcap": "softcap",
-               "n_layer": "n_layer", "n_embd": "n_embd", "n_head": "n_head", "n_kv_head": "n_kv_head"}
+def _numeric_first(keys: list[str]) -> list[str]:
+    """Sizes and lengths in numeric order ("4" before "16"), then any other keys in their order."""
+    return sorted(keys, key=lambda key: (0, int(key)) if key.isdigit() else (1, 0))
 
 
-def show(grid: str, as_json: bool = False) -> int:
-    """Print a recorded grid's final metrics per label: JSON ``{label: final}``, or a table of the scalar ones."""
-    record = load_record(grid)
+def _by_family(rows: dict[str, dict[str, float]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Flat metrics per label regrouped by family, family -> label -> key: first "" for the plain metrics
+    ("train_loss"), then each part before a last '/' ("accuracy_by_size"), keyed by the part after it (the size)."""
+    families: dict[str, dict[str, dict[str, float]]] = {"": {}}
+    for label, metrics in rows.items():
+        for name, value in metrics.items():
+            family, _, key = name.rpartition("/")
+            families.setdefault(family, {}).setdefault(label, {})[key] = value
+    return {family: table for family, table in families.items() if table}
+
+
+def _pages(count: int, first: int, width: int) -> list[range]:
+    """``count`` columns ``width`` wide, two spaces apart, after a first column ``first`` wide, split into pages of
+    nearly equal size whose lines fit TABLE_WIDTH (one column a page at least)."""
+    fit = max(1, (TABLE_WIDTH - first) // (2 + width))
+    size = math.ceil(count / math.ceil(count / fit))
+    return [range(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+def _table(title: str, rows: dict[str, dict[str, float]], keys: list[str]) -> list[str]:
+    """Lines of a table of ``rows[label][key]``, one column per key, split into pages that fit TABLE_WIDTH; each
+    page after a ``title`` line (none for an empty title) and a header of the keys."""
+    first = max(len("label"), *map(len, rows))
+    cells = {label: [f"{row[key]:.4f}" if key in row else "" for key in keys] for label, row in rows.items()}
+    width = max(len(text) for text in [*keys, *(text for texts in cells.values() for text in texts)])
+    lines: list[str] = []
+    for n, page in enumerate(_pages(len(keys), first, width)):
+        if lines:
+            lines.append("")
+        if title:
+            lines.append(f"{title}:" if n == 0 else f"{title} (continued):")
+        lines.append(f"{'label':<{first}}" + "".join(f"  {keys[i]:>{width}}" for i in page))
+        lines += [(f"{label:<{first}}" + "".join(f"  {texts[i]:>{width}}" for i in page)).rstrip()
+                  for label, texts in cells.items()]
+    return lines
+
+
+def show(grid: str, as_json: bool = False, records: Path | None = None) -> int:
+    """Print a recorded grid's final metrics per label: JSON ``{label: final}``, or tables of the scalar ones: the
+    plain metrics, then one table per family of metrics by size or length, its columns in numeric order."""
+    record = load_record(grid, records)
     if not record:
-        raise ValueError(f"grid {grid!r} has no record yet; run `python -m posbook.experiments sweep {grid}`")
+        where = [] if records is None else ["--out", str(records)]
+        raise ValueError(f"grid {grid!r} has no record in {record_path(grid, records).parent} yet; run "
+                         f"`{sweep_command(grid, *where)}`")
     if as_json:
         print(json.dumps({label: entry["final"] for label, entry in record.items()}, indent=1))
         return 0
-    rows = {label: flat_metrics(entry["final"]) for label, entry in record.items()}
-    columns = list(dict.fromkeys(key for metrics in rows.values() for key in metrics))
-    width = max(len(label) for label in rows)
-    print(f"{'label':<{width}}  " + "  ".join(f"{c:>{max(8, len(c))}}" for c in columns))
-    for label, metrics in rows.items():
-        cells = [f"{metrics[c]:>{max(8, len(c))}.4f}" if c in metrics else " " * max(8, len(c)) for c in columns]
-        print(f"{label:<{width}}  " + "  ".join(cells))
+    tables = []
+    for family, table in _by_family({label: flat_metrics(entry["final"]) for label, entry in record.items()}).items():
+        keys = _numeric_first(list(dict.fromkeys(key for metrics in table.values() for key in metrics)))
+        # Every label gets a row in every table (blank where a run lacks the family), so rows line up across tables.
+        tables.append("\n".join(_table(family, {label: table.get(label, {}) for label in record}, keys)))
+    print("\n\n".join(tables))
     return 0
+
+
+def _train_config(args: argparse.Namespace) -> TrainConfig:
+    """The run a train command line asks for: the options given, the preset's values for the rest."""
+    model_fields = ["pattern", "absolute_positions", "qk_norm", "logit_scaling",
+                    *(flag[2:].replace("-", "_") for flag in MODEL_OPTIONS)]
+    model = {name: getattr(args, name) for name in model_fields if getattr(args, name) is not None}
+    if args.sinks:
+        model["sinks"] = True
+    run_fields = ["task", "preset", "eval_sizes", "eval_seq_lens", "resume", "progress",
+                  *(flag[2:].replace("-", "_") for flag in SCHEDULE_OPTIONS)]
+    # An option left out keeps TrainConfig's default: None (the preset's value), or checkpoint_every's and seed's own.
+    fields = {name: getattr(args, name) for name in run_fields if getattr(args, name) is not None}
+    return TrainConfig(model=model, out_dir=args.out, **fields)
+
+
+def _say_nothing_is_saved(run: TrainConfig) -> None:
+    """Say before training that a run without --out keeps nothing (its model is gone when the command ends). A bad
+    model or device is refused first, so that a command line that fails still fails in one line."""
+    gpt_config(run)
+    default_device()
+    if os.environ.get("RANK", "0") == "0":      # under torchrun, once
+        print("note: no --out given: the model and results are not saved", file=sys.stderr)
+
+
+def _train(args: argparse.Namespace) -> int:
+    run = _train_config(args)
+    if run.out_dir is None:
+        _say_nothing_is_saved(run)
+    results = train(run)
+    print(json.dumps({"final": results["final"], "tokens_per_s": results["tokens_per_s"],
+                      "provenance": results["provenance"]}, indent=2))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import torch
+
+    device = default_device()
+    model, run = load_model(args.checkpoint, device)
+    if args.eval_sizes:
+        run.eval_sizes = args.eval_sizes
+    if args.eval_seq_lens:
+        run.eval_seq_lens = args.eval_seq_lens
+    data = None
+    if run.task == "text":
+        from .corpus import load_corpus
+        data = load_corpus(run.corpus_bytes)
+    with torch.no_grad():
+        print(json.dumps(evaluate(model, run, data, device), indent=2))
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    grid = grid_name(args.grid, args.preset)
+    runs = GRIDS[grid]()
+    stale = set(stale_labels(grid, runs, args.out))
+    if args.list:
+        for label in runs:
+            print(f"{label:32s} {'to train' if label in stale else 'recorded'}")
+        return 0
+    todo = len(runs) if args.retrain else len(stale)
+    print(f"{grid}: training {todo} of {len(runs)} runs with {args.jobs} job(s)", file=sys.stderr)
+    run_grid(grid, runs, retrain=args.retrain, jobs=args.jobs, save=True, records=args.out)
+    print(record_path(grid, args.out))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    return show(args.grid, as_json=args.json, records=args.records)
+
+
+def _presets(args: argparse.Namespace) -> int:
+    print(json.dumps(PRESETS, indent=2))
+    return 0
+
+
+def _patterns(args: argparse.Namespace) -> int:
+    for code, kind in LAYER_CODES.items():
+        print(f"{code}  {kind.summary}")
+    print("A pattern repeats to n_layer: 'SSSN' over 8 layers is SSSNSSSN.")
+    return 0
+
+
+COMMANDS = {"train": _train, "evaluate": _evaluate, "sweep": _sweep, "show": _show, "presets": _presets,
+            "patterns": _patterns}
+"""Every command: a function of the parsed command line that returns the exit status."""
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "presets":
-        print(json.dumps(PRESETS, indent=2))
-        return 0
-    if args.command == "patterns":
-        for code, kind in LAYER_CODES.items():
-            print(f"{code}  {kind.summary}")
-        print("A pattern repeats to n_layer: 'SSSN' over 8 layers is SSSNSSSN.")
-        return 0
     try:
-        if args.command == "show":
-            return show(args.grid, as_json=args.json)
-        if args.command == "sweep":
-            grid = grid_name(args.grid, args.preset)
-            runs = GRIDS[grid]()
-            stale = set(stale_labels(grid, runs))
-            if args.list:
-                for label in runs:
-                    print(f"{label:32s} {'to train' if label in stale else 'recorded'}")
-                return 0
-            todo = len(runs) if args.retrain else len(stale)
-            print(f"{grid}: training {todo} of {len(runs)} runs with {args.jobs} job(s)", file=sys.stderr)
-            run_grid(grid, runs, retrain=args.retrain, jobs=args.jobs, save=True)
-            print(record_path(grid))
-            return 0
-        if args.command == "evaluate":
-            import torch
-
-            from ..device import default_device
-            device = default_device()
-            model, run = load_model(args.checkpoint, device)
-            if args.eval_sizes:
-                run.eval_sizes = args.eval_sizes
-            if args.eval_seq_lens:
-                run.eval_seq_lens = args.eval_seq_lens
-            data = None
-            if run.task == "text":
-                from .corpus import load_corpus
-                data = load_corpus(run.corpus_bytes)
-            with torch.no_grad():
-                print(json.dumps(evaluate(model, run, data, device), indent=2))
-            return 0
-        model = {key: getattr(args, flag) for flag, key in MODEL_FLAGS.items() if getattr(args, flag) is not None}
-        if args.sinks:
-            model["sinks"] = True
-        run_fields = dict(task=args.task, preset=args.preset, model=model, steps=args.steps, batch_size=args.batch_size,
-                          seq_len=args.seq_len, train_max_size=args.train_max_size,
-                          curriculum_steps=args.curriculum_steps, eval_sizes=args.eval_sizes,
-                          eval_seq_lens=args.eval_seq_lens, lr=args.lr, warmup=args.warmup,
-                          eval_every=args.eval_every, eval_batches=args.eval_batches,
-                          corpus_bytes=args.corpus_bytes, out_dir=args.out, resume=args.resume, progress=args.progress)
-        if args.checkpoint_every is not None:
-            run_fields["checkpoint_every"] = args.checkpoint_every
-        if args.seed is not None:
-            run_fields["seed"] = args.seed
-        results = train(TrainConfig(**run_fields))
-        print(json.dumps({"final": results["final"], "tokens_per_s": results["tokens_per_s"],
-                          "provenance": results["provenance"]}, indent=2))
-        return 0
+        return COMMANDS[args.command](args)
+    except BrokenPipeError:     # the reader of standard output left: quiet_on_closed_pipe ends quietly
+        raise
     except (ValueError, TypeError, OSError) as error:  # one line, never a traceback
         print(f"error: {error}", file=sys.stderr)
         return 2
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(quiet_on_closed_pipe(main))

@@ -3,13 +3,13 @@
 A figure of the experiment chapters can rest on fifty training runs: about an hour on two CPU cores, more than a
 page can spend each time the book is built. So a grid is run once by the command line
 (``python -m posbook.experiments sweep length_generalisation --jobs 2``), which writes the record
-``posbook/experiments/records/<grid>.json``: for every run its label, an id that hashes the run's resolved
-configuration, the final metrics, a thinned history and the provenance (git commit, torch version, device, seed,
-wall time). A chapter then calls :func:`run_grid`, which takes each run from the record when the record holds
-the same configuration and trains it otherwise, and :func:`reproduce_prefix`, which retrains the first steps of a
-recorded run on its own schedule and compares the training loss there with the record, so that the page itself
-shows that the record is what this code computes; the runs whose models a page probes ship as weights
-(``GRID_WEIGHTS``, :func:`load_weights`).
+``posbook/experiments/records/<grid>.json`` (with ``--out DIR``, ``DIR/<grid>.json``): for every run its label, an
+id that hashes the run's resolved configuration, the final metrics, a thinned history and the provenance (git
+commit, torch version, device, seed, wall time). A chapter then calls :func:`run_grid`, which takes each run from
+the record when the record holds the same configuration and trains it otherwise, and :func:`reproduce_prefix`,
+which retrains the first steps of a recorded run on its own schedule and compares the training loss there with the
+record, so that the page itself shows that the record is what this code computes; the runs whose models a page
+probes ship as weights (``GRID_WEIGHTS``, :func:`load_weights`).
 
 Training on a CPU is deterministic for a fixed number of threads, but not across thread counts for every
 layer: the additive-bias schemes (ALiBi, T5) go through kernels whose reductions split by thread, and 600 steps
@@ -35,10 +35,14 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .. import _checks
+from .._cli import sweep_command
 from .model import GPT
 from .trainer import TrainConfig, evaluate, load_model, text_by_position, train
 
-RECORDS = Path(__file__).resolve().parent / "records"
+SHIPPED_RECORDS = Path(__file__).resolve().parent / "records"     # the records and weights posbook ships
+# Where records and weights are read and written by default: the shipped ones (a test, or tools/gpu_check.py, may
+# point it elsewhere; every function reads it when called).
+RECORDS = SHIPPED_RECORDS
 # Fields that do not change what a run computes: where it writes, whether it resumes, its progress bar.
 _NOT_RESULTS = ("out_dir", "resume", "progress", "checkpoint_every", "stop_after", "device")
 HISTORY_POINTS = 60          # training-loss points kept per run (every evaluation is kept as well)
@@ -98,10 +102,24 @@ def _placed(run: TrainConfig) -> TrainConfig:
     return replace(run, device="cpu") if run.resolved().preset == "cpu" else run
 
 
-def _train_quietly(job: tuple[TrainConfig, Path | None]) -> dict[str, Any]:
-    """Train one run with one thread; with a path, also write the trained weights there (see :func:`weights_path`)."""
-    run, weights = job
-    with tempfile.TemporaryDirectory() as folder, _one_thread():
+@contextmanager
+def _records_at(folder: Path) -> Iterator[None]:
+    """Point RECORDS at ``folder`` for the duration. train() finds the weights a run starts from (``init_from``)
+    through :func:`load_weights`, which reads RECORDS: a job of a sweep into another folder, in this process or in
+    a spawned one, must look there too."""
+    global RECORDS
+    previous, RECORDS = RECORDS, folder
+    try:
+        yield
+    finally:
+        RECORDS = previous
+
+
+def _train_quietly(job: tuple[TrainConfig, Path | None, Path]) -> dict[str, Any]:
+    """Train one run with one thread, reading ``init_from`` weights from the records folder of the job; with a
+    path, also write the trained weights there (see :func:`weights_path`)."""
+    run, weights, records = job
+    with tempfile.TemporaryDirectory() as folder, _one_thread(), _records_at(records):
         results = summarise(train(replace(_placed(run), out_dir=folder if weights else None, progress=False)))
         if weights is not None:
             state = torch.load(Path(folder) / "checkpoint.pt", weights_only=True)
@@ -112,18 +130,20 @@ def _train_quietly(job: tuple[TrainConfig, Path | None]) -> dict[str, Any]:
     return results
 
 
-def train_many(runs: list[TrainConfig], jobs: int = 1, weights: list[Path | None] | None = None
-               ) -> Iterator[dict[str, Any]]:
+def train_many(runs: list[TrainConfig], jobs: int = 1, weights: list[Path | None] | None = None,
+               records: str | Path | None = None) -> Iterator[dict[str, Any]]:
     """Train runs (one process per job, one thread each) and yield their summaries in order; ``weights`` gives,
-    per run, where to write its trained weights (None: nowhere)."""
+    per run, where to write its trained weights (None: nowhere); a run that starts from a recorded run's weights
+    (``init_from``) looks for them in ``records`` (default RECORDS), then among those posbook ships."""
     _check_run_list(runs)
+    folder = _records_folder(records)
     _checks.size("jobs", jobs)
     if weights is not None:
         if not isinstance(weights, (list, tuple)) or len(weights) != len(runs):
             raise ValueError(f"weights must be None or a list of {len(runs)} paths or None (one per run), got "
                              f"{weights!r}")
         weights = [None if path is None else _checks.path(f"weights[{i}]", path) for i, path in enumerate(weights)]
-    job_list = list(zip(runs, weights or [None] * len(runs)))
+    job_list = [(run, path, folder) for run, path in zip(runs, weights or [None] * len(runs))]
     if jobs == 1 or len(runs) < 2:
         for job in job_list:
             yield _train_quietly(job)
@@ -132,17 +152,28 @@ def train_many(runs: list[TrainConfig], jobs: int = 1, weights: list[Path | None
         yield from pool.imap(_train_quietly, job_list, chunksize=1)
 
 
-def weights_path(grid: str, label: str) -> Path:
-    """Where the shipped weights of a recorded run live: ``records/weights/<grid>/<label>.pt``, with the label's
-    slashes as ``__`` (``"RoPE/0"`` → ``RoPE__0.pt``)."""
+def _records_folder(records: Any) -> Path:
+    """The ``records`` argument: a folder of records and weights; None: RECORDS."""
+    return RECORDS if records is None else _checks.path("records", records)
+
+
+def _out_option() -> list[str]:
+    """The ``--out`` a suggested sweep command needs to reach RECORDS (none for the shipped records)."""
+    return [] if RECORDS == SHIPPED_RECORDS else ["--out", str(RECORDS)]
+
+
+def weights_path(grid: str, label: str, records: str | Path | None = None) -> Path:
+    """Where the weights of a recorded run live: ``<records>/weights/<grid>/<label>.pt`` (``records`` default
+    RECORDS), with the label's slashes as ``__`` (``"RoPE/0"`` → ``RoPE__0.pt``)."""
     _checks.choice("grid", grid, sorted(GRIDS))
     _checks.text("label", label)
-    return RECORDS / "weights" / grid / (label.replace("/", "__").replace(" ", "_") + ".pt")
+    return _records_folder(records) / "weights" / grid / (label.replace("/", "__").replace(" ", "_") + ".pt")
 
 
 def load_weights(grid: str, label: str, runs: dict[str, TrainConfig] | None = None,
                  device: torch.device | str = "cpu"):
-    """The shipped trained model of a recorded run (in eval mode) and its run config, loaded weights-only.
+    """The trained model of a recorded run (in eval mode) and its run config, loaded weights-only: from RECORDS,
+    else from the weights posbook ships (a sweep into a folder of its own starts from those).
 
     With ``runs`` (the grid's current runs), the weights must have been trained for the run's current
     configuration; otherwise a stale file would be probed as if it were the recorded run."""
@@ -154,45 +185,51 @@ def load_weights(grid: str, label: str, runs: dict[str, TrainConfig] | None = No
     if label not in GRID_WEIGHTS.get(grid, ()):
         raise ValueError(f"label {label!r} of grid {grid!r} ships no weights; those that do: "
                          f"{sorted(GRID_WEIGHTS.get(grid, ()))}")
-    path = weights_path(grid, label)
-    if not path.exists():
-        raise ValueError(f"no weights at {path}; run `python -m posbook.experiments sweep {grid} --retrain` to write them")
+    places = list(dict.fromkeys([weights_path(grid, label), weights_path(grid, label, SHIPPED_RECORDS)]))
+    path = next((place for place in places if place.exists()), None)
+    if path is None:
+        raise ValueError(f"no weights at {' nor at '.join(map(str, places))}; run "
+                         f"`{sweep_command(grid, *_out_option())}` to write them")
     model, run = load_model(path, device)
     if runs is not None and run_id(run) != run_id(runs[label]):
         raise ValueError(f"the weights at {path} were trained for another configuration of {label!r}; "
-                         f"run `python -m posbook.experiments sweep {grid}` to retrain it")
+                         f"run `{sweep_command(grid, *_out_option())}` to retrain it")
     return model.eval(), run
 
 
-def record_path(grid: str) -> Path:
-    """Where a grid's record lives: ``records/<grid>.json``."""
+def record_path(grid: str, records: str | Path | None = None) -> Path:
+    """Where a grid's record lives: ``<records>/<grid>.json`` (``records`` default RECORDS)."""
     _checks.choice("grid", grid, sorted(GRIDS))
-    return RECORDS / f"{grid}.json"
+    return _records_folder(records) / f"{grid}.json"
 
 
-def load_record(grid: str) -> dict[str, dict[str, Any]]:
-    """The recorded runs of a grid, by label ({} when the grid has never been recorded)."""
-    path = record_path(grid)
+def load_record(grid: str, records: str | Path | None = None) -> dict[str, dict[str, Any]]:
+    """The recorded runs of a grid in the folder ``records`` (default RECORDS), by label ({} when the grid has
+    never been recorded there)."""
+    path = record_path(grid, records)
     return json.loads(path.read_text())["runs"] if path.exists() else {}
 
 
-def stale_labels(grid: str, runs: dict[str, TrainConfig]) -> list[str]:
-    """Labels of the grid whose record is missing or was made for another configuration."""
-    record = load_record(grid)
+def stale_labels(grid: str, runs: dict[str, TrainConfig], records: str | Path | None = None) -> list[str]:
+    """Labels of the grid whose record in ``records`` (default RECORDS) is missing or was made for another
+    configuration, or whose weights, for a run that keeps them, are not there."""
+    record = load_record(grid, records)
     _check_runs(runs)
     shipped = GRID_WEIGHTS.get(grid, set())
     return [label for label, run in runs.items() if record.get(label, {}).get("id") != run_id(run)
-            or (label in shipped and not weights_path(grid, label).exists())]
+            or (label in shipped and not weights_path(grid, label, records).exists())]
 
 
 def run_grid(grid: str, runs: dict[str, TrainConfig], *, retrain: bool = False, jobs: int = 1,
-             save: bool = False, deadline: float | None = None) -> dict[str, dict[str, Any]]:
+             save: bool = False, deadline: float | None = None,
+             records: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """Results of every run of a grid, by label: from the record when it matches, trained otherwise.
 
     ``retrain=True`` trains every run again. ``save=True`` writes the trained runs into the record (the command
-    line does this; a chapter does not write into the installed package). ``deadline``: a ``time.monotonic()``
-    value after which no further run starts (one under way finishes); the runs left untrained are left out of the
-    result, so a time-boxed sweep (tools/gpu_check.py) returns what it managed.
+    line does this; a chapter does not write into the installed package). ``records``: the folder the record and
+    weights are read from and written to (default RECORDS, the ones posbook ships). ``deadline``: a
+    ``time.monotonic()`` value after which no further run starts (one under way finishes); the runs left untrained
+    are left out of the result, so a time-boxed sweep (tools/gpu_check.py) returns what it managed.
     """
     _checks.choice("grid", grid, sorted(GRIDS))
     _check_runs(runs)
@@ -201,18 +238,21 @@ def run_grid(grid: str, runs: dict[str, TrainConfig], *, retrain: bool = False, 
     _checks.flag("save", save)
     if deadline is not None:
         _checks.number("deadline", deadline)
-    record = load_record(grid)
-    todo = list(runs) if retrain else stale_labels(grid, runs)
+    folder = _records_folder(records)
+    if save and folder.exists() and not folder.is_dir():
+        raise ValueError(f"records {folder} is a file; give a folder (the record and weights go there)")
+    record = load_record(grid, folder)
+    todo = list(runs) if retrain else stale_labels(grid, runs, folder)
     shipped = GRID_WEIGHTS.get(grid, set())
-    weights = [weights_path(grid, label) if save and label in shipped else None for label in todo]
-    trained = train_many([runs[label] for label in todo], jobs=jobs, weights=weights)
+    weights = [weights_path(grid, label, folder) if save and label in shipped else None for label in todo]
+    trained = train_many([runs[label] for label in todo], jobs=jobs, weights=weights, records=folder)
     for label in todo:
         if deadline is not None and time.monotonic() > deadline:
             trained.close()
             break
         record[label] = {"id": run_id(runs[label]), **next(trained)}
         if save:        # after every run, so that an interrupted sweep keeps what it has done
-            _write_record(grid, record, order=list(runs))
+            _write_record(grid, record, order=list(runs), records=folder)
     return _current_runs(record, runs)
 
 
@@ -240,12 +280,14 @@ def _check_run_list(runs: Any) -> list[TrainConfig]:
     return list(runs)
 
 
-def _write_record(grid: str, record: dict[str, dict[str, Any]], order: list[str]) -> None:
-    RECORDS.mkdir(exist_ok=True)
+def _write_record(grid: str, record: dict[str, dict[str, Any]], order: list[str],
+                  records: str | Path | None = None) -> None:
+    path = record_path(grid, records)
+    path.parent.mkdir(parents=True, exist_ok=True)
     ordered = {label: record[label] for label in order if label in record}
-    tmp = record_path(grid).with_suffix(".json.tmp")
+    tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({"grid": grid, "runs": ordered}, indent=1) + "\n")
-    tmp.replace(record_path(grid))
+    tmp.replace(path)
 
 
 def _check_recorded(grid: str, record: dict, runs: dict[str, TrainConfig], label: str) -> None:
@@ -254,7 +296,7 @@ def _check_recorded(grid: str, record: dict, runs: dict[str, TrainConfig], label
         raise ValueError(f"label {label!r} is not a run of the grid; known: {sorted(runs)}")
     if record.get(label, {}).get("id") != run_id(runs[label]):
         raise ValueError(f"run {label!r} has no record for its current configuration; run "
-                         f"`python -m posbook.experiments sweep {grid}` first")
+                         f"`{sweep_command(grid, *_out_option())}` first")
 
 
 def reproduce_prefix(grid: str, runs: dict[str, TrainConfig], label: str, steps: int) -> dict[str, Any]:

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 import warnings
+import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -555,10 +557,34 @@ RESUME_KEYS = MODEL_KEYS + ("optimizer", "step", "history")
 """What a checkpoint written during training holds besides, to resume exactly."""
 
 
+_ZIP_SIGNATURE = b"PK\x03\x04"     # how a zip archive, and so every file torch.save writes, begins
+
+
+def _archive_damage(path: Path) -> str | None:
+    """What is wrong with the zip archive of a torch checkpoint, or None when it is whole or is no zip archive at
+    all (torch.load then judges it). Asked first because torch.load does not tell: a file cut short fails inside
+    torch with a zip or an OS error ("[Errno 22] Invalid argument") that does not say so, and a zeroed range loads
+    as wrong weights, for torch does not check the CRC-32 that the archive keeps of every member."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        with path.open("rb") as file:
+            if file.read(len(_ZIP_SIGNATURE)) != _ZIP_SIGNATURE:
+                return None
+        return f"a zip archive of {path.stat().st_size} bytes whose closing directory is missing or unreadable"
+    with archive:
+        try:
+            damaged = archive.testzip()
+        except (zipfile.BadZipFile, EOFError, zlib.error) as error:
+            return f"a member cannot be read: {error}"
+    return None if damaged is None else f"its member {damaged} fails its CRC-32 or header check"
+
+
 def read_checkpoint(path: str | Path, device: torch.device | str = "cpu",
                     keys: tuple[str, ...] = MODEL_KEYS) -> dict[str, Any]:
     """A posbook checkpoint's contents (``torch.load`` with ``weights_only=True``), or a ValueError that says what
-    is wrong with the file: missing, a folder, empty, not a torch file, truncated, or a checkpoint without ``keys``."""
+    is wrong with the file: missing, a folder, empty, not a torch file, truncated or damaged anywhere (each member
+    of the archive is checked against its CRC-32 first), or a checkpoint without ``keys``."""
     path = _checks.path("path", path)
     device = _checks.device("device", device)
     if not isinstance(keys, tuple) or not all(isinstance(key, str) for key in keys):
@@ -570,6 +596,10 @@ def read_checkpoint(path: str | Path, device: torch.device | str = "cpu",
         raise ValueError(f"checkpoint path {path} is a folder, not a checkpoint file")
     if path.stat().st_size == 0:
         raise ValueError(f"checkpoint path {path} is empty")
+    damage = _archive_damage(path)
+    if damage is not None:
+        raise ValueError(f"checkpoint path {path} is not a readable torch checkpoint: it is damaged or truncated "
+                         f"({damage}); write it again or copy it whole")
     try:
         state = torch.load(path, weights_only=True, map_location=device)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, UnicodeDecodeError) as error:
