@@ -317,6 +317,10 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.read_config": S(lambda: dict(config=llama_config()),  # normalises: passes rope_type on
                              **{"config[rope_type]": ANY_NAME}),
     "posbook.model_config": S(lambda: dict(name="Llama-3.1-8B")),
+    "posbook.class_defaults": S(lambda: dict(model_type="gemma3_text")),
+    "posbook.position_scheme": S(lambda: dict(config=gemma_config())),
+    "posbook.max_context_for_budget": S(lambda: dict(config=gemma_config(), budget_bytes=2**20, batch=2,
+                                                     dtype_bytes=2)),
     "posbook.models": S(dict),
     "posbook.config_report": S(lambda: dict(config=gemma_config(), context=64, batch=2, dtype="bf16"),
                                **{"config[rope_type]": ANY_NAME}),  # reports a rope type it lacks as refused
@@ -548,7 +552,7 @@ DOMAINS: dict[str, str] = {
                      "dtype_bytes", "std", "attn_temperature", "constant_logit_scale", "swan_a",
                      "llama4_floor_scale", "llama4_attn_scale", "softcap", "partial_rotary_factor", "rope_fraction",
                      "val_fraction", "logit_norm"], POSITIVE_REAL),
-    **dict.fromkeys(["nbytes", "rtol", "atol", "weight_decay", "grad_clip"], NONNEGATIVE_REAL),
+    **dict.fromkeys(["nbytes", "budget_bytes", "rtol", "atol", "weight_decay", "grad_clip"], NONNEGATIVE_REAL),
     **dict.fromkeys(["value", "baseline", "expected", "bound", "low", "high", "mean", "lam", "sigmoid_bias",
                      "mean_loss_nats", "x"], REAL),
     **dict.fromkeys(["shown"], ANY_VALUE),
@@ -948,8 +952,19 @@ def classify(target: str, fn: Callable, kwargs: dict, mutation: Mutation, baseli
     if mutation.sort == BAD:
         if mutation.key and mutation.key != mutation.arg and same(result, baseline):
             return Outcome(target, mutation, "ok", "the key is not read by this callable")
+        if _reported(result, name):
+            return Outcome(target, mutation, "clear", "reported in the result, which names the key")
         return Outcome(target, mutation, "silent-bad", f"returned {type(result).__name__}")
     return Outcome(target, mutation, "ok", "")
+
+
+def _reported(result: Any, name: str) -> bool:
+    """A report that carries the error of the bad value itself and goes on with the rest (config_report: a rope
+    dict it cannot read is an "invalid" entry whose reason names the key)."""
+    entries = result.get("rope") if isinstance(result, dict) else None
+    return isinstance(entries, list) and any(
+        isinstance(e, dict) and e.get("encoding") == "invalid" and _names(str(e.get("reason", "")), name)
+        for e in entries)
 
 
 def _hypothesis_values(domain: str) -> st.SearchStrategy:

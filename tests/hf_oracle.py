@@ -35,7 +35,7 @@ import torch
 
 import posbook as pb
 from posbook import kvcache
-from posbook.hf_config import KEY_ALIASES
+from posbook.hf_config import DEFAULTED_KEYS, KEY_ALIASES
 
 import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
@@ -668,6 +668,85 @@ def layout_check(d: dict) -> dict:
     return outcome("match", "same layer kinds")
 
 
+REMOVABLE = set(DEFAULTED_KEYS) | {"rope_parameters", "rope_scaling", "rope_theta", "layer_types"}
+
+
+def _reading(config) -> dict:
+    """What posbook reads from a config, for comparing two forms of it: the layer kinds, the KV bytes per token and
+    the report's position and cache sections at 4,096 tokens (a refusal is its message)."""
+    def messages_alike(value):  # two refusals of one thing name different keys; they are the same outcome
+        if isinstance(value, dict):
+            return {k: "refused" if k in ("error", "reason") else messages_alike(v) for k, v in value.items()}
+        return [messages_alike(v) for v in value] if isinstance(value, list) else value
+
+    def by_layer_type(report):  # entries merged or ordered differently report the same thing per layer type
+        out = {k: v for k, v in report.items() if k in ("kv_cache", "layers", "max_position_embeddings")}
+        grouped = ("layer_types", "layers", "nope_layers", "windows")
+        out["rope"] = {kind: {k: v for k, v in entry.items() if k not in grouped}
+                       for entry in report["rope"] for kind in entry["layer_types"]}
+        out["windows"] = {k: v for entry in report["rope"] for k, v in (entry.get("windows") or {}).items()}
+        out["nope_layers"] = sum(entry.get("nope_layers") or 0 for entry in report["rope"])
+        return out
+
+    out = {}
+    for name, read in (("layers", lambda: kvcache.layer_kinds(config)),
+                       ("kv", lambda: kvcache.kv_cache_bytes_per_token(config, 2)),
+                       ("report", lambda: by_layer_type(pb.config_report(config, context=4096)))):
+        try:
+            out[name] = messages_alike(read())
+        except (ValueError, TypeError) as e:
+            out[name] = "refused: " + err(e, 200)
+    return out
+
+
+def _refusal(config) -> str:
+    """The first thing posbook's report of ``config`` says it cannot read, as the report says it."""
+    report = pb.config_report(config, context=4096)
+    reasons = [e["reason"] for e in report["rope"] if e["encoding"] in ("refused", "invalid")]
+    reasons += [report["kv_cache"]["error"]] if "error" in report["kv_cache"] else []
+    state = report["kv_cache"].get("linear_state") or {}
+    reasons += [state["error"]] if "error" in state else []
+    return "report refused: " + (reasons[0][:200] if reasons else "a part of it")
+
+
+def _refuses_more(want, got) -> bool:
+    """Whether ``got`` refuses (a refusal, or a report part marked refused) where ``want`` gives a value."""
+    text_want, text_got = json.dumps(want), json.dumps(got)
+    return text_got.count('"refused') > text_want.count('"refused') or (
+        isinstance(got, str) and got.startswith("refused"))
+
+
+def removed_keys_check(config_class, d: dict) -> dict:
+    """posbook's reading of ``d`` with each key it reads removed, against its reading of what transformers' class
+    makes of the same dict (the class fills the key in): equal for every key, or refused by name. A key whose
+    removal transformers itself refuses is skipped."""
+    d = {k: v for k, v in d.items() if k != "text_config"}
+    keys = sorted(k for k in d if k in REMOVABLE and d[k] is not None)
+    silent, refused, checked = [], [], 0
+    for key in keys:
+        reduced = {k: v for k, v in d.items() if k != key}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                filled = config_class.from_dict(copy.deepcopy(reduced)).to_dict()
+        except Exception:
+            continue
+        checked += 1
+        want, got = _reading(filled), _reading(reduced)
+        differs = [part for part in want if want[part] != got[part]]
+        refusing = [part for part in differs if _refuses_more(want[part], got[part])]
+        if refusing:  # a part refused explains the others' differences: they are read from the same gap
+            part = refusing[0]
+            refused.append(f"without {key}: {got[part] if isinstance(got[part], str) else _refusal(reduced)}")
+        elif differs:
+            silent.append(f"without {key}: {', '.join(differs)} differ{'s' * (len(differs) == 1)}")
+    if silent:
+        return outcome("mismatch", "; ".join(silent)[:600])
+    if refused:
+        return outcome("refused", refused[0])
+    return outcome("match", f"{checked} keys removed one at a time")
+
+
 def report_check(config) -> dict:
     """``posbook inspect``'s report of a config: it runs, or posbook refuses it by name (any other exception fails
     the test)."""
@@ -736,6 +815,7 @@ def check_architecture(model_type: str, model_class: str) -> dict:
         result["rope"] = outcome("unavailable", "the rotary module took too long to build")
     result["report"] = report_check(text.to_dict())
     result["layout"] = layout_check(text.to_dict())
+    result["removed_keys"] = removed_keys_check(type(text), text.to_dict())
     factory = make_kv_factory(text_type if text is not cfg else model_type)
     if model_type in SLOW_TO_BUILD:
         result["kv"] = outcome("unavailable", f"not built on CPU: {SLOW_TO_BUILD[model_type]}")
@@ -859,6 +939,9 @@ def check_hub_config(model_type: str, raw: dict) -> dict:
         result["rope"] = rope_check(modules, text, forms)
     result["kv_forms"] = forms_agree(forms)
     result["report"] = report_check(raw)
+    # a config.json always names its model_type (the model table's configs leave it out)
+    result["removed_keys"] = removed_keys_check(type(text), {"model_type": model_type, **raw} if text is cfg
+                                                else text.to_dict())
     factory = make_kv_factory(text.model_type)
     try:
         with limit(3 * CHECK_SECONDS):

@@ -87,10 +87,12 @@ def test_every_table_model_is_reported_with_the_librarys_numbers_or_refused_with
                 except ValueError:
                     assert f"RoPE not modelled · {layer_type}" in out
                 else:  # its rotary spectrum, unless a key makes those layers NoPE (Kimi Linear's mla_use_nope)
-                    assert f"rope_type        {rope_type}\n" in out or f"No RoPE · {layer_type}" in out
+                    assert f"rope_type        {rope_type}\n" in out or f"No position · {layer_type}" in out
     else:  # nothing could be reported: the library's own message, on one line
         assert status == 1 and out == "" and len(err) == 1
-        assert err[0].removeprefix("posbook inspect: error: ") in library_refusals(config)
+        message = err[0].removeprefix("posbook inspect: error: ")
+        # every key the report needs and the config lacks, named at once; else the library's own message
+        assert message.startswith("config gives no ") or message in library_refusals(config)
 
 
 def test_the_table_holds_every_outcome():
@@ -115,9 +117,14 @@ def test_llama31_llama3_ramp_and_turns_against_its_spectrum():
     assert entry["ramp"] == {"kind": "wavelengths", "short": 8192 / 4, "long": 8192 / 1}
     inv_freq, _ = pb.rope_parameters(LLAMA, dtype=torch.float64)
     wavelengths = 2 * math.pi / inv_freq
+    unscaled = 2 * math.pi / pb.rope_parameters(dict(LLAMA, rope_scaling=None), dtype=torch.float64)[0]
     assert entry["turning_planes"] == {"context": int((wavelengths <= 131_072).sum()),
-                                       "original": int((wavelengths <= 8192).sum())}
-    assert entry["turning_planes"]["original"] == 32
+                                       "original": int((wavelengths <= 8192).sum()),
+                                       "original_unscaled": int((unscaled <= 8192).sum())}
+    assert (entry["turning_planes"]["original"], entry["turning_planes"]["original_unscaled"]) == (32, 35)
+    # the 64 - 35 planes that never turned in pre-training are exactly those llama3 divides by the full factor
+    divided = sum(math.isclose(r, 1 / 8, rel_tol=1e-12) for r in entry["frequency_ratio"])
+    assert entry["planes"] - entry["turning_planes"]["original_unscaled"] == divided == 29
     for plane in (10, 30, 50):  # a context just past a plane's wavelength: that plane has just turned once
         length = math.ceil(wavelengths[plane])
         counted = pb.config_report(LLAMA, context=length)["rope"][0]["turning_planes"]["context"]
@@ -152,7 +159,7 @@ def test_gemma3_reports_each_layer_types_rope_dict():
     assert full["rescaling"] == "uniform" and full["min_ratio"] == pytest.approx(1 / 8)
     assert (sliding["layers"], sliding["rope_type"], sliding["rope_theta"]) == (52, "default", 10_000.0)
     inv_freq, _ = pb.rope_parameters(config, layer_type="sliding_attention", dtype=torch.float64)
-    assert sliding["windows"] == {"sliding_attention": {"tokens": 1024,
+    assert sliding["windows"] == {"sliding_attention": {"tokens": 1024, "seen": 1024,
                                                         "turning_planes": int((2 * math.pi / inv_freq <= 1024).sum())}}
     assert report["kv_cache"]["bytes_per_token"] == 507_904
     assert report["kv_cache"]["total_bytes"] == pb.kv_cache_bytes(config, 131_072)
@@ -206,8 +213,11 @@ def test_what_posbook_does_not_model_is_said_in_the_report_with_the_librarys_mes
     with pytest.raises(pb.NotModelledError) as library:
         pb.kv_cache_bytes_per_token(shared)
     assert pb.config_report(shared)["kv_cache"] == {"error": str(library.value)}
-    with pytest.raises(ValueError, match="factors"):  # a misspelt key is an error in the config, not a gap
-        pb.config_report(dict(LLAMA, rope_scaling={**LLAMA["rope_scaling"], "factors": 8}))
+    # A misspelt rope key is an error in the config, not a gap: its entry says so (with a guess), the cache stands.
+    misspelt = pb.config_report(dict(LLAMA, rope_scaling={**LLAMA["rope_scaling"], "factr": 8}))
+    assert misspelt["rope"][0]["encoding"] == "invalid" and "did you mean 'factor'?" in misspelt["rope"][0]["reason"]
+    assert misspelt["kv_cache"]["bytes_per_token"] == pb.kv_cache_bytes_per_token(LLAMA)
+    assert "RoPE dict invalid · full_attention" in pb.format_report(misspelt)
 
 
 def sources(config, **kwargs) -> list[str]:
@@ -223,7 +233,7 @@ def test_warnings_fire_on_their_setting_only_and_cite_their_source():
     assert sources(pb.model_config("Qwen2.5-7B")) == [gh + "issues/38002"]
     dynamic = dict(pb.model_config("Llama-2-7B"), rope_scaling={"rope_type": "dynamic", "factor": 2.0})
     assert sources(dynamic) == [gh + "issues/25104"]
-    qwen_yarn = dict(pb.model_config("Qwen3-8B"), rope_scaling={"rope_type": "yarn", "factor": 4.0,
+    qwen_yarn = dict(pb.model_config("Qwen3-8B"), model_type="qwen3", rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                                                 "original_max_position_embeddings": 32768})
     assert sources(qwen_yarn) == ["https://huggingface.co/Qwen/Qwen2.5-32B-Instruct#processing-long-texts",
                                   gh + "issues/38224"]   # 4 × 32,768 is not max_position_embeddings 40,960
@@ -305,8 +315,7 @@ def test_cli_failure_is_one_line_without_traceback(tmp_path):
     (["{llama}", "--plot", "{dir}/spectra.svg"], 2, "must be a .png file"),
     (["{llama}", "--frobnicate"], 2, "unrecognized arguments"),
     ([], 2, "required: config"),
-    (["{unknown_key}"], 1, "rope dict has key(s) ['factors']"),
-    (["{no_length}"], 1, "pass context"),
+    (["{no_length}"], 1, "--context N on the command line"),
 ])
 def test_bad_input_is_one_line_and_an_exit_status(args, status, words, tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{\"num_hidden_layers\": 2,")
@@ -330,6 +339,7 @@ def test_unreadable_file_is_one_line(tmp_path, capsys, monkeypatch):
     assert run(capsys, path) == (2, "", [f"posbook inspect: error: cannot read {path}: permission denied"])
 
 
-def test_no_command_is_one_line(capsys):
+def test_no_command_lists_the_commands(capsys):
     assert main([]) == 2
-    assert capsys.readouterr().err.splitlines() == ["posbook: error: the following arguments are required: command"]
+    out, err = capsys.readouterr()
+    assert err == "" and "inspect" in out

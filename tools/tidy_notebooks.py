@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.check:
                 path.write_text(text)
     for path in untidy:
-        print(f"{'not tidy' if args.check else 'tidied'}: {path.relative_to(ROOT)}")
+        print(f"{'not tidy' if args.check else 'tidied'}: {path.resolve().relative_to(ROOT)}")
     return 1 if args.check and untidy else 0
 
 

@@ -6,6 +6,7 @@ thing learns what to pass instead. Nothing is coerced silently.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from pathlib import Path
@@ -181,8 +182,16 @@ def choice(name: str, value: Any, options: Iterable[str]) -> str:
     if not isinstance(value, str) and all(isinstance(option, str) for option in options):
         raise TypeError(f"{name} must be one of {options} (a str), got {type(value).__name__} {_show(value)}")
     if value not in options:
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+        raise ValueError(f"{name} must be one of {options}, got {value!r}{did_you_mean(value, options)}")
     return value
+
+
+def did_you_mean(value: Any, options: Iterable[str]) -> str:
+    """``"; did you mean 'llama3'?"`` for a misspelt name (the closest options by difflib), else ``""``."""
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, [str(option) for option in options], n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 def dtype(name: str, value: Any, *, floating: bool = True) -> torch.dtype:

@@ -13,6 +13,7 @@ Every number comes from the module that defines its mechanism (:mod:`posbook.sca
 
 from __future__ import annotations
 
+import difflib
 import math
 import textwrap
 from collections import Counter
@@ -21,8 +22,10 @@ from typing import Any, Mapping
 
 import torch
 
-from . import _checks
+from . import _checks, hf_config
+from .bias import alibi_slopes
 from .hf_config import NotModelledError, read_config, rope_dict
+from .logit_scales import llama4_attention_scale
 from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, WINDOW_KEYS, cache_kind, format_bytes,
                       indexer_values_per_layer, kv_cache_bytes, kv_cache_bytes_per_token, kv_cache_table, layer_kinds,
                       linear_state_bytes, without_indexer)
@@ -32,7 +35,7 @@ from .spectrum import frequency_ratio, rope_turns, rope_wavelengths
 KV_DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 """The cache dtypes a report accepts, name → bytes per cached number."""
 
-_FORMAT = "posbook.config_report/1"
+_FORMAT = "posbook.config_report/2"
 _STATE_BYTES = 4  # linear-attention state stays in fp32 whatever the cache dtype (Qwen3-Next: mamba_ssm_dtype)
 _WIDTH = 88  # a terminal, and the column of the book page that shows the command
 _LABEL = 19  # width of the label column in format_report
@@ -47,6 +50,8 @@ _SOURCES = {
     "window_off": "https://github.com/huggingface/transformers/issues/38002",
     "beyond_training": "https://arxiv.org/abs/2306.15595",
     "bf16_angles": "https://github.com/huggingface/transformers/pull/29285",
+    "past_the_table": "https://arxiv.org/abs/2108.12409",
+    "misspelt_key": "https://huggingface.co/docs/transformers/main_classes/configuration",
 }
 
 
@@ -62,39 +67,49 @@ def config_report(config: Any, *, context: int | None = None, batch: int = 1, dt
         dtype: the cache dtype, ``"bf16"``, ``"fp16"``, ``"fp32"`` or ``"fp8"``.
 
     Returns:
-        ``{"format", "model_type", "context", "batch", "dtype", "max_position_embeddings", "layers", "rope",
-        "kv_cache", "warnings"}``. ``layers`` counts the layers of each ``layer_types`` kind. ``rope`` holds one
-        entry per rope dict: for configs with one rope dict per layer type (Gemma 3/4, DeepSeek-V4) one per key,
-        otherwise one per attention layer type, merged where they are the same. Its ``encoding`` is ``"rope"``,
-        ``"nope"`` (NoPE layers, a null rope dict), ``"alibi"``, ``"unknown"`` (no rope keys at all) or
-        ``"refused"`` (posbook does not model that rope dict); the others give the ``reason``. A part of the
-        cache posbook does not model is ``{"error": message}`` (``kv_cache`` itself, or its ``linear_state``):
-        the rest of the report still stands. A ``"rope"`` entry gives the spectrum at N (``wavelengths``, null for an
-        unrotated plane, and ``frequency_ratio`` θ'/θ per plane) and its summary; its counts of planes turning
-        fully are of that spectrum. ``warnings`` is a list of ``{"message", "source"}``, the source a URL.
+        ``{"format", "model_type", "filled_from_class", "context", "batch", "dtype", "max_position_embeddings",
+        "layers", "rope", "kv_cache", "logits", "warnings"}``. ``filled_from_class`` holds the keys the config
+        leaves out and its config class fills in (:func:`posbook.hf_config.filled_from_class`). ``layers`` counts
+        the layers of each ``layer_types`` kind. ``rope`` holds one entry per rope dict or position scheme: for
+        configs with one rope dict per layer type (Gemma 3/4, DeepSeek-V4) one per key, otherwise one per attention
+        layer type, merged where they are the same. Its ``encoding`` is ``"rope"``; ``"nope"`` (NoPE layers, a null
+        rope dict); ``"alibi"`` (with ``slopes``, one per head, and the ``penalty_at_context`` of the steepest and
+        flattest head); ``"learned"`` (with ``table_rows`` and ``positions_without_row`` at N); ``"sinusoidal"``;
+        ``"t5"`` (``num_buckets``, ``max_distance``); ``"unknown"`` (a config without a model_type posbook knows
+        and without rope keys); ``"refused"`` (posbook does not model that rope dict) or ``"invalid"`` (the rope
+        dict is wrong: a misspelt key, a bad value); every entry but ``"rope"`` gives the ``reason``. A part of the
+        cache posbook does not model is ``{"error": message}`` (``kv_cache`` itself, or its ``linear_state``): the
+        rest of the report still stands. A ``"rope"`` entry gives the spectrum at N (``wavelengths``, null for an
+        unrotated plane, and ``frequency_ratio`` θ'/θ per plane) and its summary; its counts of planes turning fully
+        are of that spectrum, and ``turning_planes["original_unscaled"]`` of the spectrum pre-training ran.
+        ``logits`` lists everything that scales, caps or adds to the attention logits as ``{"what", "value",
+        "source"}``. ``warnings`` is a list of ``{"message", "source"}``, the source a URL.
 
     Raises:
         ValueError, TypeError: for a bad argument, or a config of which posbook can report nothing (the
             first refusal's message).
     """
-    flat = read_config(config)
     _checks.choice("dtype", dtype, tuple(KV_DTYPES))
     _checks.number("batch", batch, integer=True, positive=True)
-    try:
-        kinds, kinds_error = layer_kinds(flat), None
-    except NotModelledError as error:  # layer kinds posbook has no rule for: the rope dicts can still be read
-        kinds, kinds_error = None, str(error)
+    if context is not None:
+        _checks.number("context", context, integer=True, positive=True)
+    # The rope dicts are checked where each spectrum is computed, so that a bad one leaves the rest of the report.
+    flat = read_config(config, check_rope=False)
     max_pos = flat.get("max_position_embeddings")
     if max_pos is not None:
         _checks.number("max_position_embeddings", max_pos, integer=True, positive=True)
-    if context is None:
-        if max_pos is None:
-            raise ValueError("config gives no max_position_embeddings; pass context, the length to report at")
-        context = max_pos
-    _checks.number("context", context, integer=True, positive=True)
+    _refuse_missing(flat, context)
+    context = max_pos if context is None else context
+    # The cache does not depend on the rope dicts: it is read without them, so that a bad one leaves it standing.
+    cache_flat = {k: v for k, v in flat.items() if k not in ("rope_scaling", "rope_parameters")}
+    try:
+        kinds, kinds_error = layer_kinds(cache_flat), None
+    except (ValueError, TypeError) as error:  # layer kinds posbook cannot lay out: the rope dicts can still be read
+        kinds, kinds_error = None, str(error)
     report = {
         "format": _FORMAT,
         "model_type": flat.get("model_type"),
+        "filled_from_class": hf_config.filled_from_class(config),
         "context": context,
         "batch": batch,
         "dtype": dtype,
@@ -102,22 +117,50 @@ def config_report(config: Any, *, context: int | None = None, batch: int = 1, dt
         "layers": dict(Counter(kinds or [])),
         "rope": _rope_entries(flat, kinds, context),
         "kv_cache": {"error": kinds_error} if kinds is None else _refusal_or(
-            lambda: _kv_cache(flat, kinds, context, batch, KV_DTYPES[dtype]), lambda error: {"error": error}),
+            lambda: _kv_cache(cache_flat, kinds, context, batch, KV_DTYPES[dtype]),
+            lambda error: {"error": str(error)}),
     }
-    refusals = [e["reason"] for e in report["rope"] if e["encoding"] == "refused"]
+    refusals = [e["reason"] for e in report["rope"] if e["encoding"] in ("refused", "invalid")]
     if "error" in report["kv_cache"] and len(refusals) == len(report["rope"]):
         raise ValueError((refusals or [report["kv_cache"]["error"]])[0])  # nothing posbook can report
+    report["logits"] = _logits(flat, report)
     report["warnings"] = _warnings(flat, report)
     return report
 
 
-def _refusal_or(compute: Any, refused: Any, errors: tuple[type[Exception], ...] = (NotModelledError,)) -> Any:
-    """compute(), or refused(message) where posbook does not model that part of the config: the rest is still
-    reported. Any other error in the config (a misspelt key, a contradiction) is raised."""
+def _refuse_missing(flat: Mapping[str, Any], context: int | None) -> None:
+    """Every key the report needs and neither the config nor its class's defaults give, named at once."""
+    missing = []
+    if flat.get("num_hidden_layers") is None:
+        missing.append("num_hidden_layers")
+    if flat.get("num_attention_heads") is None and flat.get("kv_lora_rank") is None:
+        missing.append("num_attention_heads")
+    if flat.get("head_dim") is None and flat.get("hidden_size") is None and flat.get("qk_rope_head_dim") is None:
+        missing.append("hidden_size (or head_dim)")
+    if context is None and flat.get("max_position_embeddings") is None:
+        missing.append("max_position_embeddings (or the context length to report at: --context N on the command "
+                       "line, context=N in Python)")
+    if missing:
+        known = isinstance(flat.get("model_type"), str) and hf_config.class_defaults(flat["model_type"]) is not None
+        filled = (f"; the config class of model_type {flat['model_type']!r} has no default for "
+                  f"{'them' if len(missing) > 1 else 'it'} either") if known else ""
+        raise ValueError(f"config gives no {', no '.join(missing)}{filled}")
+
+
+def _refusal_or(compute: Any, refused: Any) -> Any:
+    """compute(), or refused(error) where posbook does not model that part of the config or finds it wrong (a
+    misspelt key, a contradiction): the rest is still reported, and the message says what is wrong."""
     try:
         return compute()
-    except errors as error:
-        return refused(str(error))
+    except (ValueError, TypeError) as error:
+        return refused(error)
+
+
+def _failed(layer_types: list[str], layers: int | None, error: Exception) -> dict[str, Any]:
+    """The entry of a rope dict posbook cannot read: ``refused`` where it does not model it, ``invalid`` where the
+    dict is wrong."""
+    return _no_rope(layer_types, layers, "refused" if isinstance(error, NotModelledError) else "invalid",
+                    str(error))
 
 
 # ---- position -------------------------------------------------------------------------------------------------------
@@ -125,7 +168,7 @@ def _refusal_or(compute: Any, refused: Any, errors: tuple[type[Exception], ...] 
 def _nope_layers(flat: Mapping[str, Any], n_layers: int) -> dict[int, str]:
     """Layers whose attention skips RoPE by a config key, index → the key that says so."""
     nope: dict[int, str] = {}
-    flags = flat.get("no_rope_layers")  # Llama 4: 1 = the layer uses RoPE, 0 = NoPE
+    flags = flat.get("no_rope_layers")  # Llama 4 and SmolLM3: 1 = the layer uses RoPE, 0 = NoPE
     if flags is not None:
         if not isinstance(flags, (list, tuple)) or len(flags) < n_layers:
             raise ValueError(f"no_rope_layers must be a list of 0/1 with num_hidden_layers={n_layers} entries, got "
@@ -140,20 +183,54 @@ def _nested(rope: Any) -> bool:
     return isinstance(rope, Mapping) and any(isinstance(v, Mapping) for v in rope.values())
 
 
+def position_scheme(config: Any) -> tuple[str, str]:
+    """How a config puts position into attention, and the key or code that says so:
+    ``("rope" | "alibi" | "learned" | "sinusoidal" | "t5" | "nope" | "unknown", source)``.
+
+    ``config`` is any form :func:`~posbook.hf_config.read_config` reads. The config's own keys decide first
+    (``alibi: true``, a rope base or rope dict); otherwise the architecture's modeling code, as recorded from
+    transformers for its ``model_type``. ``"unknown"`` only for a config without a model_type transformers ships
+    and without position keys."""
+    flat = read_config(config, check_rope=False)
+    if flat.get("alibi") is True:
+        return "alibi", "alibi: true"
+    if flat.get("rope_theta") is not None or rope_dict(flat):
+        return "rope", "rope_theta" if not rope_dict(flat) else "rope dict"
+    model_type = flat.get("model_type")
+    entry = hf_config.class_defaults(model_type) if isinstance(model_type, str) else None
+    if entry is None:
+        return "unknown", "no rope_theta, no rope dict, and no model_type that transformers ships"
+    code = f"the modeling code of model_type {model_type!r}"
+    if "position" not in entry:
+        return "unknown", f"transformers has no modeling code for model_type {model_type!r} that posbook could read"
+    schemes = [scheme for scheme in entry["position"] if scheme != "rope"]
+    if "alibi" in schemes and flat.get("alibi") is not False:
+        return "alibi", code
+    if "t5" in schemes and flat.get("relative_attention_num_buckets"):
+        return "t5", "relative_attention_num_buckets"
+    absolute = flat.get("position_embedding_type", "absolute") == "absolute"
+    if "learned" in schemes and absolute and flat.get("max_position_embeddings") is not None:
+        return "learned", code
+    if "sinusoidal" in schemes:
+        return "sinusoidal", code
+    if "learned" in schemes:
+        return "learned", code
+    return "nope", code + ", which adds no position to attention"
+
+
 def _rope_entries(flat: Mapping[str, Any], kinds: list[str] | None, context: int) -> list[dict[str, Any]]:
-    """One entry per rope dict; ``kinds`` None when the layer kinds are unknown (then one for every layer)."""
+    """One entry per rope dict (or per position scheme without one); ``kinds`` None when the layer kinds are
+    unknown (then one for every layer)."""
     rope = rope_dict(flat)
     attention = [k for k in dict.fromkeys(kinds or []) if k in KV_LAYER_TYPES] if kinds is not None else ["every layer"]
     layers_of = {k: [i for i, kind in enumerate(kinds) if kind == k] for k in attention} if kinds is not None else {}
     n_attention = sum(map(len, layers_of.values())) if kinds is not None else None
-    if flat.get("alibi") is True:
-        return [_no_rope(attention, n_attention, "alibi", "ALiBi biases on the logits (alibi: true)")]
-    if flat.get("rope_theta") is None and not rope:
-        return [_no_rope(attention, n_attention, "unknown",
-                         "the config gives no rope_theta and no rope dict: no rotary spectrum to report")]
+    scheme, source = position_scheme(flat)
+    if scheme != "rope":
+        return [_other_position(flat, scheme, source, attention, n_attention, context)]
     if kinds is None and not _nested(rope):
         return [_refusal_or(lambda: _spectrum_entry(flat, None, None, {}, context),
-                            lambda error: _no_rope(attention, None, "refused", error))]
+                            lambda error: _failed(attention, None, error))]
     kinds = kinds or []
     nope = _nope_layers(flat, len(kinds))
     entries = []
@@ -166,8 +243,8 @@ def _rope_entries(flat: Mapping[str, Any], kinds: list[str] | None, context: int
                 entries.append(_no_rope([key], n, "nope", "its rope dict is null"))
             else:
                 entries.append(_refusal_or(lambda: _spectrum_entry(flat, key, layers, nope, context),
-                                           lambda error: _no_rope([key], None if layers is None else len(layers),
-                                                                  "refused", error)))
+                                           lambda error: _failed([key], None if layers is None else len(layers),
+                                                                 error)))
         return entries
     for kind in attention:
         if all(i in nope for i in layers_of[kind]):
@@ -175,7 +252,7 @@ def _rope_entries(flat: Mapping[str, Any], kinds: list[str] | None, context: int
             entry = _no_rope([kind], len(layers_of[kind]), "nope", reason)
         else:
             entry = _refusal_or(lambda: _spectrum_entry(flat, kind, layers_of[kind], nope, context),
-                                lambda error: _no_rope([kind], len(layers_of[kind]), "refused", error))
+                                lambda error: _failed([kind], len(layers_of[kind]), error))
         same = next((e for e in entries if _same(e, entry)), None)
         if same is None:
             entries.append(entry)
@@ -186,6 +263,37 @@ def _rope_entries(flat: Mapping[str, Any], kinds: list[str] | None, context: int
                 same["nope_layers"] += entry["nope_layers"]
                 same["windows"].update(entry["windows"])
     return entries
+
+
+def _other_position(flat: Mapping[str, Any], scheme: str, source: str, attention: list[str], layers: int | None,
+                    context: int) -> dict[str, Any]:
+    """The entry of a config whose layers put position in without rotation."""
+    rows = flat.get("max_position_embeddings")
+    if scheme == "alibi":
+        heads = flat.get("num_attention_heads")
+        slopes = alibi_slopes(int(heads), dtype=torch.float64).tolist() if isinstance(heads, int) else []
+        entry = _no_rope(attention, layers, "alibi", f"a linear penalty on distance added to the logits, one slope "
+                                                     f"per head ({source})")
+        entry.update({"slopes": slopes, "penalty_at_context": [slope * (context - 1) for slope in slopes[:1]]
+                      + [slope * (context - 1) for slope in slopes[-1:]]})
+        return entry
+    if scheme == "learned":
+        entry = _no_rope(attention, layers, "learned", f"a table of {rows:,} trained position vectors added to the "
+                                                       f"token embeddings ({source})"
+                         if rows else f"trained position vectors added to the token embeddings ({source})")
+        entry.update({"table_rows": rows, "positions_without_row": max(0, context - rows) if rows else None})
+        return entry
+    if scheme == "sinusoidal":
+        return _no_rope(attention, layers, "sinusoidal", f"fixed sinusoids added to the token embeddings ({source})")
+    if scheme == "t5":
+        buckets, distance = flat.get("relative_attention_num_buckets"), flat.get("relative_attention_max_distance")
+        entry = _no_rope(attention, layers, "t5", f"a learned bias per head for each of {buckets} buckets of "
+                                                  f"distance, the same for every distance past {distance} ({source})")
+        entry.update({"num_buckets": buckets, "max_distance": distance})
+        return entry
+    if scheme == "nope":
+        return _no_rope(attention, layers, "nope", f"no position encoding: {source}")
+    return _no_rope(attention, layers, "unknown", f"posbook cannot tell how position enters: {source}")
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -222,7 +330,9 @@ def _spectrum_entry(flat: Mapping[str, Any], layer_type: str, layers: list[int] 
         and spec.head_dim == flat.get("qk_rope_head_dim")
     head_dim = spec.head_dim + (flat["qk_nope_head_dim"] if mla else 0)
     window = _window(flat, layer_type)
-    windows = {} if window is None else {layer_type: {"tokens": window, "turning_planes": turning(window)}}
+    # A query attends to itself and the window - 1 tokens before it, never more than the context holds.
+    windows = {} if not window else {layer_type: {"tokens": window, "seen": min(window, context),
+                                                  "turning_planes": turning(min(window, context))}}
     kept = ratio[rotated]
     unchanged = int(torch.isclose(kept, torch.ones_like(kept), rtol=1e-12, atol=0).sum())
     if unchanged == n_rotated:
@@ -247,7 +357,10 @@ def _spectrum_entry(flat: Mapping[str, Any], layer_type: str, layers: list[int] 
         "wavelength_min": float(wavelengths[rotated].min()),
         "wavelength_max": float(wavelengths[rotated].max()),
         "original_length": original,
-        "turning_planes": {"context": turning(context), "original": turning(original)},
+        # Pre-training ran the unscaled spectrum: its turns within L are the ones the model learned.
+        "turning_planes": {"context": turning(context), "original": turning(original),
+                           "original_unscaled": None if original is None else int(
+                               (rope_turns(torch.where(ratio > 0, inv_freq / ratio, inv_freq), original) >= 1).sum())},
         "windows": windows,
         "rescaling": rescaling,
         "unchanged_planes": unchanged,
@@ -308,11 +421,89 @@ def _kv_cache(flat: Mapping[str, Any], kinds: list[str], context: int, batch: in
             return {**numbers, "bytes_per_number": _STATE_BYTES,
                     "total_bytes": (numbers["recurrent"] + numbers["conv"]) * batch}
         # Linear-attention layers other than Gated DeltaNet (Kimi's KDA) name their sizes differently.
-        cache["linear_state"] = _refusal_or(state, lambda error: {"error": error}, (ValueError,))
+        cache["linear_state"] = _refusal_or(state, lambda error: {"error": str(error)})
     return cache
 
 
+# ---- the logits -----------------------------------------------------------------------------------------------------
+
+def _logits(flat: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Everything in the config that scales, caps or adds to the attention logits, each with the key (or the modeling
+    code) it comes from: ``[{"what", "value", "source"}]``; value a number, or None where it is a switch."""
+    found: list[dict[str, Any]] = []
+
+    def add(what: str, value: float | None, source: str) -> None:
+        found.append({"what": what, "value": value, "source": source})
+
+    rope_heads = [e["head_dim"] for e in report["rope"] if e["encoding"] == "rope"]
+    head = rope_heads[0] if rope_heads else _head_width(flat)
+    if flat.get("query_pre_attn_scalar") is not None and head:
+        scalar = flat["query_pre_attn_scalar"]
+        add(f"query scale 1/√{_num(scalar)}, which equals the head width's" if scalar == head else
+            f"query scale 1/√{_num(scalar)} instead of 1/√{head}: logits × {math.sqrt(head / scalar):.4g}",
+            math.sqrt(head / scalar), "query_pre_attn_scalar")
+    elif flat.get("softmax_scale") is not None and head:
+        scale = flat["softmax_scale"]
+        add(f"softmax scale {scale:.4g} instead of 1/√{head}: logits × {scale * math.sqrt(head):.4g}",
+            scale * math.sqrt(head), "softmax_scale")
+    elif head:
+        mla = flat.get("kv_lora_rank") is not None and flat.get("qk_nope_head_dim") is not None
+        source = ("qk_nope_head_dim + qk_rope_head_dim" if mla else "head_dim" if flat.get("head_dim")
+                  else "hidden_size / num_attention_heads")
+        add(f"query scale 1/√{head} (the head width)", 1.0, source)
+    for entry in report["rope"]:
+        if entry["encoding"] == "rope" and entry["logit_factor"] != 1:
+            add(f"{'/'.join(entry['layer_types'])}: rope scaling multiplies cos/sin by "
+                f"{entry['attention_factor']:.4g} and the softmax scale by {entry['softmax_scale']:.4g}: logits × "
+                f"{entry['logit_factor']:.4g}", entry["logit_factor"], f"rope dict ({entry['rope_type']})")
+    if flat.get("attn_logit_softcapping") is not None:
+        cap = flat["attn_logit_softcapping"]
+        add(f"attention logits capped smoothly at ±{_num(cap)} (cap · tanh(logit / cap))", cap,
+            "attn_logit_softcapping")
+    if flat.get("attn_temperature_tuning") is True and flat.get("no_rope_layers") is not None:
+        floor, scale = flat.get("floor_scale", 8192), flat.get("attn_scale", 0.1)
+        at_n = float(llama4_attention_scale(torch.tensor([report["context"] - 1]), floor_scale=floor,
+                                            attn_scale=scale))
+        add(f"NoPE layers: queries × 1 + {_num(scale)}·log(1 + ⌊(n + 1)/{_num(floor)}⌋), × {at_n:.4g} at position "
+            f"{report['context'] - 1:,}", at_n, "attn_temperature_tuning, floor_scale, attn_scale")
+    model_type = flat.get("model_type")
+    features = ((hf_config.class_defaults(model_type) if isinstance(model_type, str) else None) or {}).get(
+        "attention", [])
+    if "sinks" in features:
+        add("a learned sink logit per head joins every softmax row, so a row may give most of its weight to "
+            "no token", None, f"the modeling code of model_type {flat['model_type']!r}")
+    qk_norm = next(((key, flat[key]) for key in ("use_qk_norm", "qk_layernorm") if flat.get(key) is not None), None)
+    if qk_norm is not None and qk_norm[1] is True:
+        add("q and k normalised per head before their product", None, qk_norm[0])
+    elif qk_norm is None and "qk_norm" in features:
+        add("q and k normalised per head before their product", None,
+            f"the modeling code of model_type {flat['model_type']!r}")
+    if flat.get("final_logit_softcapping") is not None:
+        add(f"not attention: the output logits are capped at ±{_num(flat['final_logit_softcapping'])}", 
+            flat["final_logit_softcapping"], "final_logit_softcapping")
+    return found
+
+
+def _head_width(flat: Mapping[str, Any]) -> int | None:
+    try:
+        return hf_config.head_dim(flat)
+    except (ValueError, TypeError):
+        return None
+
+
 # ---- warnings -------------------------------------------------------------------------------------------------------
+
+_SCALED = ("linear", "dynamic", "yarn", "llama3", "longrope", "ntk", "ntk_by_parts")
+
+
+def _trained_for(entry: Mapping[str, Any], max_pos: int | None) -> int | None:
+    """The length a rope entry's scaling is for: factor × original for a scaled spectrum (Qwen's model cards add
+    YaRN factor 4 to a 32,768-token config to serve 131,072), else max_position_embeddings."""
+    params = entry["params"]
+    if entry["rope_type"] in _SCALED and params.get("factor") and entry["original_length"]:
+        return max(int(params["factor"] * entry["original_length"]), max_pos or 0)
+    return max_pos
+
 
 def _warnings(flat: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[str, str]]:
     found: list[dict[str, str]] = []
@@ -322,19 +513,27 @@ def _warnings(flat: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[s
 
     spectra = [e for e in report["rope"] if e["encoding"] == "rope"]
     context, max_pos = report["context"], report["max_position_embeddings"]
-    if spectra and max_pos is not None and context > max_pos:
-        warn(f"context {context:,} is beyond max_position_embeddings={max_pos:,}: no layer was trained on "
-             "positions that far, and extrapolated RoPE angles can give catastrophically large attention scores "
-             "(Chen et al. 2023)", "beyond_training")
+    model_type = str(flat.get("model_type") or "")
+    beyond = sorted({length for e in spectra if (length := _trained_for(e, max_pos)) and context > length})
+    if beyond:
+        warn(f"context {context:,} is beyond the {beyond[0]:,} tokens this config's RoPE is set up for: no layer "
+             "was trained on positions that far, and extrapolated RoPE angles can give catastrophically large "
+             "attention scores (Chen et al. 2023)", "beyond_training")
+    for entry in report["rope"]:
+        if entry["encoding"] == "learned" and entry["positions_without_row"]:
+            warn(f"context {context:,} is past the position table's {entry['table_rows']:,} rows: the last "
+                 f"{entry['positions_without_row']:,} tokens would have no position embedding at all (transformers "
+                 "fails on them), and learned positions do not extrapolate", "past_the_table")
     for entry in spectra:
         name, params = "/".join(entry["layer_types"]), entry["params"]
         if entry["rope_type"] == "dynamic":
             warn(f"{name}: dynamic NTK recomputes the spectrum from the current length, so keys cached at one "
                  "length are rotated with another base than the queries that read them later", "dynamic")
-        if entry["rope_type"] == "yarn":
+        if entry["rope_type"] == "yarn" and model_type.startswith("qwen"):
             warn(f"{name}: YaRN is static: the rescaled spectrum and attention factor apply at every length, short "
-                 "inputs included. Where the scaling is added to a model trained without it, Qwen's model cards "
-                 "advise adding it only when long contexts are needed", "static_yarn")
+                 "inputs included. Qwen's model cards advise adding it only when long contexts are needed",
+                 "static_yarn")
+        if entry["rope_type"] == "yarn":
             factor, original = params.get("factor"), params.get("original_max_position_embeddings")
             if factor is not None and max_pos is not None and factor * original != max_pos:
                 warn(f"{name}: factor {factor:g} × original_max_position_embeddings {original:,} = "
@@ -353,14 +552,37 @@ def _warnings(flat: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[s
         warn("original_max_position_embeddings is given both inside the rope dict and at the top level: "
              "transformers overwrites the rope dict's value with the top-level one, so editing only the rope "
              "dict changes nothing there", "original_twice")
-    if flat.get("use_sliding_window") is False and flat.get("sliding_window"):
+    windowed = any(kind in WINDOW_KEYS for kind in report["layers"])
+    if flat.get("use_sliding_window") is False and flat.get("sliding_window") and not windowed:
         warn(f"sliding_window={flat['sliding_window']!r} is set but use_sliding_window is false: every layer is "
-             "counted as full attention here, while code that reads sliding_window alone applies the window "
-             "anyway", "window_off")
+             "full attention here, as in transformers, while code that reads sliding_window alone applies the "
+             "window anyway", "window_off")
+    for key in sorted(map(str, flat)):
+        # A key one letter off a key transformers and posbook read is almost surely a typo: both ignore it silently.
+        close = difflib.get_close_matches(key, _KNOWN_KEYS, n=1, cutoff=0.9)
+        if close and not key.startswith("_") and key not in _KNOWN_KEYS and key not in hf_config.transformers_keys():
+            warn(f"config key {key!r} is not one transformers reads, so it changes nothing; did you mean "
+                 f"{close[0]!r}?", "misspelt_key")
     if spectra and "bfloat16" in (flat.get("torch_dtype"), flat.get("dtype")):
-        warn("the config's dtype is bfloat16: keep the rotary angles position·θ in float32, since bf16 holds "
-             "integers exactly only up to 256 and rounds neighbouring positions to one angle", "bf16_angles")
+        fastest = max(1 / (e["wavelength_min"] / (2 * math.pi)) for e in spectra)
+        error = _bf16_position_error(context) * fastest
+        warn(f"the config's dtype is bfloat16: compute the rotary angles position·θ in float32. bf16 holds "
+             f"integers exactly only up to 256; at N = {context:,} positions round by up to "
+             f"{_num(_bf16_position_error(context))}, which turns the fastest plane by up to {error:.3g} rad",
+             "bf16_angles")
     return found
+
+
+_KNOWN_KEYS = sorted(set(hf_config.DEFAULTED_KEYS) | set(hf_config.CONFIG_KEY_KINDS)
+                     | {"rope_scaling", "rope_parameters", "rope_theta", "layer_types", "torch_dtype", "model_type"})
+
+
+def _bf16_position_error(context: int) -> float:
+    """The largest rounding of a position below ``context`` stored in bfloat16 (8 significant bits)."""
+    largest = context - 1
+    if largest < 256:
+        return 0.0
+    return 2.0 ** (math.floor(math.log2(largest)) - 8)
 
 
 # ---- text -----------------------------------------------------------------------------------------------------------
@@ -412,25 +634,62 @@ def _spectrum_lines(e: Mapping[str, Any], context: int) -> list[str]:
     turns = e["turning_planes"]
     within = [f"{turns['context']} of {e['rotated_planes']} planes within N = {context:,}"]
     if turns["original"] is not None and e["original_length"] != context:
-        within.append(f"{turns['original']} within L = {e['original_length']:,}")
-    within += [f"{w['turning_planes']} within the {_SPAN[kind]} of {w['tokens']:,}" for kind, w in e["windows"].items()]
+        trained = turns["original_unscaled"]
+        within.append(f"{turns['original']} within L = {e['original_length']:,}" + (
+            f" ({trained} before the rescaling, as in pre-training)" if e["rescaling"] != "none"
+            and trained is not None and trained != turns["original"] else ""))
+    for kind, w in e["windows"].items():
+        if w["tokens"] >= context:
+            within.append(f"the {_SPAN[kind]} of {w['tokens']:,} is at least N: these layers see the whole context")
+        else:
+            within.append(f"{w['turning_planes']} within the {_SPAN[kind]} of {w['tokens']:,}")
     lines += _row("full turns", "; ".join(within))
+    kept = e["unchanged_planes"]
     lines += _row("θ'/θ", {"none": "1 for every plane (no rescaling)",
                            "uniform": f"{e['min_ratio']:.4g} for every plane",
-                           "per_plane": f"1 for {e['unchanged_planes']} planes, down to {e['min_ratio']:.4g}"}
+                           "per_plane": (f"1 for {kept} plane{'s' * (kept != 1)}, down to {e['min_ratio']:.4g}" if kept
+                                         else f"below 1 for every plane, down to {e['min_ratio']:.4g}")}
                   [e["rescaling"]])
     ramp = e["ramp"]
-    if ramp is not None and ramp["kind"] == "planes":
-        lines += _row("ramp", f"planes 0 to {ramp['low']:g} keep θ (more than beta_fast turns in L), planes "
-                              f"{ramp['high']:g} and up get θ/factor (fewer than beta_slow), blended between")
-    elif ramp is not None and ramp["short"] == ramp["long"]:
+    if ramp is not None and ramp["kind"] == "planes" and e["rescaling"] == "per_plane":
+        # Read off the spectrum itself, in whole plane numbers: the bounds may fall outside the planes.
+        ratios = [r for r, w in zip(e["frequency_ratio"], e["wavelengths"]) if w is not None]
+        kept_planes = next((i for i, r in enumerate(ratios) if r != 1), len(ratios))
+        first_scaled = next((i for i, r in enumerate(ratios) if math.isclose(r, e["min_ratio"], rel_tol=1e-9)),
+                            len(ratios))
+        kept_text = (f"planes 0 to {kept_planes - 1} keep θ (more than beta_fast turns in L)" if kept_planes
+                     else "no plane keeps θ")
+        lines += _row("ramp", f"{kept_text}, planes {first_scaled} and up get θ/factor (fewer than beta_slow "
+                              "turns), blended between")
+    elif ramp is not None and ramp["kind"] == "wavelengths" and ramp["short"] == ramp["long"]:
         lines += _row("ramp", f"a step at wavelength {_length(ramp['short'])}: shorter ones keep θ, longer ones "
                               "get θ/factor")
-    elif ramp is not None:
+    elif ramp is not None and ramp["kind"] == "wavelengths":
         lines += _row("ramp", f"wavelengths below {_length(ramp['short'])} keep θ, above {_length(ramp['long'])} "
                               "get θ/factor, blended between")
-    lines += _row("logits", f"cos/sin × {e['attention_factor']:.4g}, softmax scale × {e['softmax_scale']:.4g}: "
-                            f"logits × {e['logit_factor']:.4g}")
+    if e["logit_factor"] != 1:
+        lines += _row("rope on logits", f"cos/sin × {e['attention_factor']:.4g}, softmax scale × "
+                                        f"{e['softmax_scale']:.4g}: logits × {e['logit_factor']:.4g} (see Logits)")
+    return lines
+
+
+_POSITION_LABELS = {"nope": "No position", "alibi": "ALiBi", "learned": "Learned absolute positions",
+                    "sinusoidal": "Sinusoidal absolute positions", "t5": "T5 relative buckets",
+                    "unknown": "Position unknown", "refused": "RoPE not modelled", "invalid": "RoPE dict invalid"}
+
+
+def _position_lines(entry: Mapping[str, Any], context: int) -> list[str]:
+    lines = textwrap.wrap(f"{_POSITION_LABELS[entry['encoding']]} · {_title(entry)}: {entry['reason']}", _WIDTH,
+                          subsequent_indent="  ")
+    if entry["encoding"] == "alibi" and entry["slopes"]:
+        slopes = entry["slopes"]
+        lines += _row("slopes", f"{len(slopes)} heads, from {slopes[0]:.4g} down to {slopes[-1]:.4g}; at distance "
+                                f"{context - 1:,} the logits lose {entry['penalty_at_context'][0]:,.4g} (steepest "
+                                f"head) to {entry['penalty_at_context'][-1]:,.4g} (flattest)")
+    if entry["encoding"] == "learned" and entry["table_rows"]:
+        rows, past = entry["table_rows"], entry["positions_without_row"]
+        lines += _row("table", f"{rows:,} rows: " + (f"positions {rows:,} to {context - 1:,} have none" if past
+                                                      else f"every position below N = {context:,} has one"))
     return lines
 
 
@@ -444,6 +703,10 @@ def _kv_lines(kv: Mapping[str, Any], report: Mapping[str, Any]) -> list[str]:
     if kv["windows"]:
         per_token += " while the context fits every " + " and ".join(_SPAN[kind] for kind in kv["windows"])
     lines += _row("per token", per_token)
+    if "sliding_attention" in kv["windows"]:
+        window = kv["windows"]["sliding_attention"]
+        lines += _row("window", f"a sliding layer keeps the last {min(window - 1, context):,} tokens: a query "
+                                f"attends to itself and the {window - 1:,} before it (window {window:,})")
     sequences = f"{batch:,} sequence{'s' * (batch != 1)}"
     lines += _row("total", f"{format_bytes(kv['total_bytes'])} for {context:,} tokens × {sequences}")
     if kv["indexer"] is not None:
@@ -482,16 +745,24 @@ def format_report(report: Mapping[str, Any]) -> str:
     if report["max_position_embeddings"] is not None:
         head += f" (max_position_embeddings {report['max_position_embeddings']:,})"
     blocks = [[head]]
+    if report["filled_from_class"]:
+        filled = ", ".join(f"{k}={_param(v) if not isinstance(v, Mapping) else '{...}'}"
+                           for k, v in report["filled_from_class"].items())
+        blocks[0] += textwrap.wrap(f"from the {report['model_type']} config class's defaults (the file leaves them "
+                                   f"out): {filled}", _WIDTH, initial_indent="  ", subsequent_indent="  ")
     for entry in report["rope"]:
         if entry["encoding"] == "rope":
             blocks.append(_spectrum_lines(entry, context))
         else:
-            label = {"nope": "No RoPE", "alibi": "ALiBi", "unknown": "Position unknown",
-                     "refused": "RoPE not modelled"}[entry["encoding"]]
-            blocks.append(textwrap.wrap(f"{label} · {_title(entry)}: {entry['reason']}", _WIDTH,
-                                        subsequent_indent="  "))
+            blocks.append(_position_lines(entry, context))
     if not report["rope"]:
         blocks.append(["No attention layers."])
+    if report["logits"]:
+        lines = ["Logits"]
+        for item in report["logits"]:
+            lines += textwrap.wrap(f"{item['what']} [{item['source']}]", _WIDTH, initial_indent="  - ",
+                                   subsequent_indent="    ")
+        blocks.append(lines)
     if "error" in report["kv_cache"]:
         blocks.append(textwrap.wrap(f"KV cache · not modelled: {report['kv_cache']['error']}", _WIDTH,
                                     subsequent_indent="  "))

@@ -11,8 +11,9 @@ standard key names, so that :mod:`posbook.scaling` and :mod:`posbook.kvcache` re
   ``partial_rotary_factor``, ...) and the legacy keys whose meaning transformers spreads over several settings are
   rewritten into the standard ones (Falcon's ``multi_query``, Gemma 3's ``rope_local_base_freq``, Jamba's
   ``attn_layer_period``, DeepSeek-V4's ``compress_rope_theta``), each as transformers reads it;
-* a config without ``layer_types`` gets the ones transformers derives, for the architectures in ``LAYER_LAYOUTS``
-  (Gemma 2/3, Cohere 2, gpt-oss, Mistral, Qwen2/3, Llama 4, ...); a windowed config of another architecture, or one
+* a config without ``layer_types`` gets the ones transformers derives, by the rule of ``LAYOUT_RULES`` the generated
+  table names for its model type (Gemma 2/3, Cohere 2, gpt-oss, Mistral, Qwen2/3, Llama 4, ...); a windowed config
+  of another architecture, or one
   of ``NONUNIFORM_MODEL_TYPES``, is refused by :func:`posbook.kvcache.layer_kinds` instead of being guessed;
 * a key that changes the geometry in a way posbook does not model is refused by name (``UNMODELLED_KEYS``),
   rather than ignored: ignoring it would give a wrong number silently.
@@ -26,7 +27,11 @@ every form of one config gives the same bytes.
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import os
+from importlib import resources
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import _checks
@@ -41,11 +46,11 @@ class NotModelledError(ValueError):
 # RW era, GPT-NeoX, JetMoe, ...). A config that gives a standard key and one of its old names with a different
 # value is refused.
 KEY_ALIASES: dict[str, tuple[str, ...]] = {
-    "num_hidden_layers": ("n_layer",),
-    "num_attention_heads": ("n_head",),
+    "num_hidden_layers": ("n_layer", "n_layers"),
+    "num_attention_heads": ("n_head", "n_heads"),
     "num_key_value_heads": ("n_head_kv",),
-    "hidden_size": ("n_embd",),
-    "max_position_embeddings": ("n_positions",),
+    "hidden_size": ("n_embd", "n_embed", "d_model"),
+    "max_position_embeddings": ("n_positions", "max_seq_len"),
     "partial_rotary_factor": ("rotary_pct",),
     "rope_theta": ("rotary_emb_base",),
     "head_dim": ("kv_channels",),
@@ -128,11 +133,13 @@ CONFIG_KEY_KINDS: dict[str, Callable[[str, Any], None]] = {
                      "num_kv_heads", "num_hidden_layers", "n_layer", "max_position_embeddings", "n_positions",
                      "original_max_position_embeddings", "rotary_dim", "sliding_window_pattern",
                      "full_attention_interval", "attn_layer_period", "linear_num_key_heads", "linear_num_value_heads",
+                     "no_rope_layer_interval",
                      "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"], _size),
     **dict.fromkeys(["head_dim", "kv_channels", "sliding_window", "attention_chunk_size", "kv_lora_rank",
                      "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "global_head_dim",
                      "num_global_key_value_heads", "index_topk", "index_head_dim", "index_n_heads",
-                     "attn_layer_offset", "max_window_layers"], _count),
+                     "attn_layer_offset", "max_window_layers", "relative_attention_num_buckets",
+                     "relative_attention_max_distance"], _count),
     **dict.fromkeys(["rope_theta", "rotary_emb_base", "partial_rotary_factor", "rotary_pct", "rope_local_base_freq",
                      "compress_rope_theta"], _positive),
     **dict.fromkeys(["use_sliding_window", "alibi", "attention_k_eq_v", "mla_use_nope", "multi_query",
@@ -140,6 +147,9 @@ CONFIG_KEY_KINDS: dict[str, Callable[[str, Any], None]] = {
     "model_type": _name,
     "layer_types": _names,
     "no_rope_layers": _counts,
+    "attn_layer_indices": _counts,
+    **dict.fromkeys(["query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+                     "softmax_scale", "alibi_bias_max"], _positive),
 }
 """The top-level keys :func:`read_config` checks, key -> check(name, value); null values are not checked.
 
@@ -164,13 +174,14 @@ ROPE_KEY_KINDS: dict[str, Callable[[str, Any], None]] = {
 """
 
 
-def check_keys(flat: Mapping[str, Any]) -> None:
-    """Check every key of ``CONFIG_KEY_KINDS`` and of the rope dicts' ``ROPE_KEY_KINDS`` that ``flat`` gives (not
-    null); raise TypeError or ValueError naming the first bad one (``config['rope_scaling']['factor']``)."""
+def check_keys(flat: Mapping[str, Any], *, check_rope: bool = True) -> None:
+    """Check every key of ``CONFIG_KEY_KINDS`` and (with ``check_rope``) of the rope dicts' ``ROPE_KEY_KINDS`` that
+    ``flat`` gives (not null); raise TypeError or ValueError naming the first bad one
+    (``config['rope_scaling']['factor']``)."""
     for key, check in CONFIG_KEY_KINDS.items():
         if flat.get(key) is not None:
             check(f"config[{key!r}]", flat[key])
-    for key in ("rope_parameters", "rope_scaling"):
+    for key in ("rope_parameters", "rope_scaling") if check_rope else ():
         rope = flat.get(key)
         if rope is None:
             continue
@@ -188,29 +199,63 @@ def _check_rope_keys(name: str, rope: Mapping[str, Any]) -> None:
             check(f"{name}[{key!r}]", rope[key])
 
 
-def read_config(config: Any) -> dict[str, Any]:
-    """A model config in any of the forms Hugging Face uses, as one flat dict with the standard key names.
+def read_config(config: Any, *, check_rope: bool = True) -> dict[str, Any]:
+    """A model config in any of the forms Hugging Face uses, as one flat dict with the standard key names, read as
+    transformers' ``AutoConfig`` reads it.
 
     Args:
-        config: a dict (a ``config.json`` loaded, or ``PretrainedConfig.to_dict()``), the JSON text of one, or a
+        config: a dict (a ``config.json`` loaded, or ``PretrainedConfig.to_dict()``), the JSON text of one, the path
+            of a ``config.json`` (a :class:`pathlib.Path`, or a str naming an existing file), or a
             ``transformers.PretrainedConfig``.
 
     Returns:
         A new dict (the input is not changed). Reading it again gives the same dict.
 
+    A config that names its ``model_type`` is completed as transformers completes it: a key the file leaves out
+    takes the default of that model type's config class, an older key name is read through the class's
+    ``attribute_map``, and a sparse ``text_config`` is completed from its own class (:func:`class_defaults`, from
+    the table ``tools/hf_defaults.py`` generates from the pinned transformers).
+
     Every key posbook reads is checked here, once, for every function that reads a config
     (:data:`CONFIG_KEY_KINDS`, and :data:`ROPE_KEY_KINDS` in each rope dict): the error names the key, e.g.
     ``config['num_attention_heads'] must be an int, got bool True``. A null value is a key not given.
+
+    ``check_rope=False`` leaves the rope dicts' keys unchecked here (they are checked where a spectrum is computed
+    from them), so that a report can still show the parts of a config that do not depend on them.
 
     Raises:
         TypeError: for anything else, or a key of the wrong type.
         ValueError: for text that is not JSON, keys that contradict each other, or a key out of range.
     """
+    return _read(config, check_rope)[0]
+
+
+def filled_from_class(config: Any) -> dict[str, Any]:
+    """The keys :func:`read_config` takes from the config class's defaults because ``config`` leaves them out (as
+    transformers fills them), with their values: ``{"max_position_embeddings": 2048, "rope_theta": 10000.0}`` for
+    Falcon-7B's config.json."""
+    return _read(config, check_rope=False)[1]
+
+
+def _read(config: Any, check_rope: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     flat = _as_dict(config)
+    parent_type = flat.get("model_type")
     text = flat.pop("text_config", None)
     if text is not None:
-        flat.update(_as_dict(text, name="text_config"))
-    check_keys(flat)
+        text = _as_dict(text, name="text_config")
+        # The language part's own model type, else the one its parent's class nests (Gemma 3's text_config).
+        text_type = text.get("model_type") or _sub_config_type(parent_type)
+        flat.update(text)
+        if text_type is not None:
+            flat["model_type"] = text_type
+    elif _sub_config_type(parent_type) is not None and flat.get("num_hidden_layers") is not None:
+        # An older multimodal config.json with its language keys at the top level (Qwen2-VL): transformers builds
+        # the text config from them, so they are read with the text config class's defaults and layout.
+        flat["model_type"] = _sub_config_type(parent_type)
+    _lift_nested(flat)
+    check_keys(flat, check_rope=check_rope)
+    _class_names(flat)
+    filled = _fill_class_defaults(flat)
     for standard, old_names in KEY_ALIASES.items():
         for old in old_names:
             if old in flat:
@@ -222,7 +267,165 @@ def read_config(config: Any) -> dict[str, Any]:
     _compress_rope(flat)
     _per_layer_config(flat)
     _layer_types(flat)
-    return flat
+    return flat, filled
+
+
+# ---- what transformers fills in: the generated table of config-class defaults ---------------------------------------
+
+DEFAULTED_KEYS: tuple[str, ...] = (
+    "hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "head_dim",
+    "max_position_embeddings", "sliding_window", "attention_chunk_size", "use_sliding_window", "max_window_layers",
+    "sliding_window_pattern", "partial_rotary_factor", "rotary_dim", "kv_lora_rank", "q_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "alibi", "multi_query", "new_decoder_architecture",
+    "num_kv_heads", "full_attention_interval", "attn_layer_period", "attn_layer_offset", "attn_layer_indices",
+    "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "mla_use_nope", "no_rope_layers",
+    "no_rope_layer_interval",
+    "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+    "linear_conv_kernel_dim", "index_topk", "index_head_dim", "index_n_heads",
+    "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping", "softmax_scale",
+    "position_embedding_type", "relative_attention_num_buckets", "relative_attention_max_distance",
+    "use_qk_norm", "qk_layernorm", "attn_temperature_tuning", "floor_scale", "attn_scale",
+    "n_positions", "n_embd", "n_head", "n_layer", "n_heads", "n_layers", "d_model", "max_seq_len",
+)
+"""The keys whose config-class defaults posbook fills in when a config.json leaves them out (as transformers does),
+under the names the classes store them (``tools/hf_defaults.py`` records a default only where it is a constant)."""
+
+# Nested attention configs whose keys the modeling code reads as these (MPT, DBRX): lifted to the top level.
+NESTED_KEYS: dict[str, dict[str, str]] = {
+    "attn_config": {"kv_n_heads": "num_key_value_heads", "alibi": "alibi", "alibi_bias_max": "alibi_bias_max",
+                    "softmax_scale": "softmax_scale", "rope_theta": "rope_theta", "clip_qkv": "clip_qkv",
+                    "qk_ln": "qk_layernorm"},
+}
+
+DEFAULTS_FILE = "data/hf_defaults.json"
+_STANDARD_KEYS = frozenset(CONFIG_KEY_KINDS) - {old for names in KEY_ALIASES.values() for old in names}
+
+
+@functools.cache
+def _defaults_table() -> dict[str, Any]:
+    return json.loads(resources.files("posbook").joinpath(DEFAULTS_FILE).read_text(encoding="utf-8"))
+
+
+def class_defaults(model_type: str) -> dict[str, Any] | None:
+    """What transformers' config class of ``model_type`` fills in, as recorded from the pinned version:
+    ``{"defaults", "attribute_map", "rope_theta", "rope_parameters", "sub_configs", "layout", "position",
+    "attention"}`` (keys absent where the class has nothing to say), or None for a model type transformers does not
+    ship."""
+    _checks.text("model_type", model_type)
+    return copy.deepcopy(_entry(model_type))
+
+
+def _entry(model_type: Any) -> dict[str, Any] | None:
+    """The table's entry of a config's model_type (which may be missing or None), not copied: read it only."""
+    return _defaults_table()["model_types"].get(model_type) if isinstance(model_type, str) else None
+
+
+def transformers_keys() -> frozenset[str]:
+    """Every key some config class of the pinned transformers takes (fields and attribute_map names)."""
+    return frozenset(_defaults_table()["keys"])
+
+
+def defaults_version() -> str:
+    """The transformers version the table of config-class defaults was generated from."""
+    return _defaults_table()["transformers"]
+
+
+def _sub_config_type(parent_type: Any) -> str | None:
+    entry = _entry(parent_type) or {}
+    sub = entry.get("sub_configs", {}).get("text_config")
+    return sub if isinstance(sub, str) else None
+
+
+def _lift_nested(flat: dict[str, Any]) -> None:
+    # MPT and DBRX keep attention settings in attn_config; their modeling code reads them from there. A key the
+    # nested dict leaves out takes the nested class's default.
+    entry = _entry(flat.get("model_type")) or {}
+    for name, names in NESTED_KEYS.items():
+        if name not in flat and name not in entry.get("sub_configs", {}):
+            continue
+        nested = flat.pop(name, None) or {}
+        if not isinstance(nested, Mapping):
+            raise TypeError(f"config[{name!r}] must be a dict, got {type(nested).__name__} {nested!r}")
+        given = {**(entry.get("sub_configs", {}).get(name) or {}), **nested}
+        for key, standard in names.items():
+            if given.get(key) is None:
+                continue
+            if flat.get(standard) is not None and flat[standard] != given[key]:
+                raise ValueError(f"config gives {standard}={flat[standard]!r} and {name}.{key}={given[key]!r}; "
+                                 "give one")
+            flat[standard] = given[key]
+
+
+def _class_renames(entry: Mapping[str, Any]) -> dict[str, str]:
+    # attribute_map: standard name -> the name the class stores. A stored name that is itself a key posbook reads
+    # keeps its own meaning (GLM-4-MoE-Lite maps head_dim to qk_rope_head_dim, which posbook reads as MLA's rotary
+    # width).
+    return {standard: stored for standard, stored in entry.get("attribute_map", {}).items()
+            if standard in DEFAULTED_KEYS and stored not in _STANDARD_KEYS}
+
+
+def _class_names(flat: dict[str, Any]) -> None:
+    # The class's own names first, so that an old name in the file and a default under the standard name are never
+    # both present.
+    for standard, stored in _class_renames(_entry(flat.get("model_type")) or {}).items():
+        if stored in flat:
+            _rename(flat, stored, standard)
+
+
+def _fill_class_defaults(flat: dict[str, Any]) -> dict[str, Any]:
+    """Fill what the model type's config class fills; return the keys filled, with their values."""
+    entry = _entry(flat.get("model_type"))
+    if entry is None:
+        return {}
+    before = copy.deepcopy(flat)
+    _fill_from(entry, flat)
+    return {k: v for k, v in flat.items() if k not in before or before[k] != v}
+
+
+def _fill_from(entry: Mapping[str, Any], flat: dict[str, Any]) -> None:
+    stored_as = {stored: standard for standard, stored in _class_renames(entry).items()}
+    rope = rope_dict(flat) or {}
+    for key, value in entry["defaults"].items():
+        key = stored_as.get(key, key)
+        if key in flat or any(old in flat for old in KEY_ALIASES.get(key, ())):
+            continue
+        if key == "rotary_dim" and (flat.get("partial_rotary_factor") is not None
+                                    or rope.get("partial_rotary_factor") is not None):
+            continue  # the rotated width is given as a fraction instead (transformers 5 writes GPT-J's so)
+        flat[key] = copy.deepcopy(value)
+    default_rope = entry.get("rope_parameters")
+    nested_default = isinstance(default_rope, Mapping) and any(
+        isinstance(v, Mapping) or v is None for v in default_rope.values())
+    if nested_default and rope_dict(flat) is None and not any(
+            flat.get(k) is not None for k in ("rope_theta", "rope_local_base_freq", "alibi")):
+        # One rope dict per layer type, bases included, for a file that gives no rope key at all (Gemma 4).
+        flat.pop("rope_scaling", None)
+        flat["rope_parameters"] = copy.deepcopy(default_rope)
+    elif default_rope and not nested_default and rope_dict(flat) is None and flat.get("alibi") is not True:
+        # The class's own rope dict for a file that gives none (a null rope_scaling counts as none, as there).
+        rope = copy.deepcopy(default_rope)
+        if flat.get("partial_rotary_factor") is not None:
+            rope.pop("partial_rotary_factor", None)
+        flat.pop("rope_scaling", None)
+        flat["rope_parameters"] = rope
+    interval = flat.get("no_rope_layer_interval")
+    # An empty list counts as none there too (Llama-4-Scout's config.json writes "no_rope_layers": []).
+    if not flat.get("no_rope_layers") and "no_rope_layer_interval" in entry["defaults"] and interval:
+        # Llama 4, SmolLM3: without no_rope_layers, every interval-th layer is NoPE (0), the others use RoPE (1).
+        every = int(_checks.number("no_rope_layer_interval", interval, integer=True, positive=True))
+        flat["no_rope_layers"] = [int((i + 1) % every != 0) for i in range(_layers(flat.get("num_hidden_layers")))]
+    theta = entry.get("rope_theta")
+    rope = rope_dict(flat) or {}
+    theta_given = flat.get("rope_theta") is not None or rope.get("rope_theta") is not None or any(
+        isinstance(v, Mapping) and v.get("rope_theta") is not None for v in rope.values())
+    if theta is None or theta_given or flat.get("alibi") is True or "rotary_emb_base" in flat:
+        return
+    if isinstance(theta, Mapping):  # Gemma 3: the global layers' base, and the sliding layers' own
+        flat["rope_theta"] = theta.get("global", theta.get("full_attention"))
+        if not any(isinstance(v, Mapping) for v in rope.values()):
+            flat.setdefault("rope_local_base_freq", theta.get("local", theta.get("sliding_attention")))
+    else:
+        flat["rope_theta"] = theta
 
 
 def head_dim(config: Mapping[str, Any]) -> int:
@@ -256,18 +459,33 @@ def refuse_unmodelled(config: Mapping[str, Any], affects: str) -> None:
 
 
 def _as_dict(config: Any, name: str = "config") -> dict[str, Any]:
-    if isinstance(config, str):
+    if isinstance(config, os.PathLike) or (isinstance(config, str) and not config.lstrip().startswith("{")
+                                           and Path(config).is_file()):
+        config = _read_file(name, Path(config))
+    elif isinstance(config, str):
         try:
             config = json.loads(config)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{name} must be valid JSON text, got a string that does not parse ({error})") from None
+            raise ValueError(f"{name} must be valid JSON text or the path of an existing config.json file, got a "
+                             f"string that is neither ({error})") from None
     elif not isinstance(config, Mapping) and callable(getattr(config, "to_dict", None)) \
             and hasattr(config, "model_type"):
         config = config.to_dict()  # a transformers PretrainedConfig, read without importing transformers
     if not isinstance(config, Mapping):
-        raise TypeError(f"{name} must be a dict, the JSON text of one, or a transformers PretrainedConfig; got "
-                        f"{type(config).__name__}")
+        raise TypeError(f"{name} must be a dict, the JSON text of one, the path of a config.json, or a transformers "
+                        f"PretrainedConfig; got {type(config).__name__}")
     return copy.deepcopy(dict(config))
+
+
+def _read_file(name: str, path: Path) -> Any:
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{name} names {str(path)!r}, which is not a file (nor a folder holding config.json)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{name}: {str(path)!r} is not JSON text ({error})") from None
 
 
 def _rename(flat: dict[str, Any], old: str, standard: str) -> None:
@@ -457,18 +675,32 @@ def _llama4(flat: Mapping[str, Any], n: int) -> list[str]:
     return ["chunked_attention" if flag and chunked else "full_attention" for flag in flags]
 
 
-# How transformers 5.24 lays out the layers of these architectures when their config.json gives no layer_types
-# (each config class's __post_init__). A windowed config of another architecture must give layer_types.
-LAYER_LAYOUTS: dict[str, Callable[[Mapping[str, Any], int], list[str]]] = {
-    "gemma2": _alternating(None, 2), "vaultgemma": _alternating(None, 2), "gpt_oss": _alternating(None, 2),
-    "gemma3": _alternating("sliding_window_pattern", 6), "gemma3_text": _alternating("sliding_window_pattern", 6),
-    "cohere2": _alternating("sliding_window_pattern", 4), "olmo3": _alternating(None, 4),
-    "mistral": _every_layer_windowed, "mixtral": _every_layer_windowed, "starcoder2": _every_layer_windowed,
-    "phi3": _every_layer_windowed, "moshi": _every_layer_windowed,
-    "qwen2": _qwen(alternate=False), "qwen3": _qwen(alternate=False), "qwen2_moe": _qwen(alternate=True),
-    "qwen3_moe": _qwen3_moe,
-    "llama4_text": _llama4, "llama4": _llama4,
+def _all_full(flat: Mapping[str, Any], n: int) -> list[str]:
+    return ["full_attention"] * n
+
+
+# The rules transformers' config classes use to derive layer_types when a config.json gives none (each class's
+# __post_init__), by name. Which model type uses which is not typed here: tools/hf_defaults.py finds, for every config
+# class of the pinned transformers, the rule that reproduces the layer_types it derives, and records its name
+# ("layout" in the table). A windowed config of a model type with no rule must give layer_types.
+LAYOUT_RULES: dict[str, Callable[[Mapping[str, Any], int], list[str]]] = {
+    "every_2nd_full": _alternating(None, 2),
+    "every_4th_full": _alternating(None, 4),
+    "sliding_window_pattern_6": _alternating("sliding_window_pattern", 6),
+    "sliding_window_pattern_4": _alternating("sliding_window_pattern", 4),
+    "window_on_every_layer": _every_layer_windowed,
+    "qwen_window_from_max_window_layers": _qwen(alternate=False),
+    "qwen_moe_window_alternating_below": _qwen(alternate=True),
+    "window_on_every_layer_if_use_sliding_window": _qwen3_moe,
+    "llama4_chunked_rope_layers": _llama4,
+    "all_full": _all_full,
 }
+
+
+def layout_rule(model_type: Any) -> Callable[[Mapping[str, Any], int], list[str]] | None:
+    """The rule that lays out ``model_type``'s layers when its config gives no layer_types, or None."""
+    name = (_entry(model_type) or {}).get("layout")
+    return LAYOUT_RULES.get(name) if name else None
 
 
 # Architectures whose layers are not all alike (linear-attention or state layers, DeepSeek sparse attention, ...) and
@@ -488,8 +720,12 @@ def _layer_types(flat: dict[str, Any]) -> None:
         return
     n = flat.get("num_hidden_layers")
     interval, period = flat.get("full_attention_interval"), flat.get("attn_layer_period")
-    layout = LAYER_LAYOUTS.get(flat.get("model_type"))
-    if interval is not None:  # Qwen3-Next / Qwen3.5: every n-th layer full attention, the rest linear attention
+    layout = layout_rule(flat.get("model_type"))
+    indices = flat.get("attn_layer_indices")
+    if indices is not None:  # Bamba: attention in the listed layers, Mamba in the others
+        every = set(_checks.numbers("attn_layer_indices", indices, integer=True, min_len=0, min_value=0))
+        kinds = ["full_attention" if i in every else "mamba" for i in range(_layers(n))]
+    elif interval is not None:  # Qwen3-Next / Qwen3.5: every n-th layer full attention, the rest linear attention
         every = int(_checks.number("full_attention_interval", interval, integer=True, positive=True))
         kinds = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(_layers(n))]
     elif period is not None:  # Jamba: attention in layer i when i % period == offset (default 4), Mamba elsewhere

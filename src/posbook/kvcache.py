@@ -59,7 +59,10 @@ def kv_values_per_layer(config: Mapping[str, Any], kind: str = "full_attention")
     head_dim = hf_config.head_dim(config)
     v_head_dim = _int_key(config, "v_head_dim", required=False) or head_dim
     if kind == "full_attention":
-        kv_heads = _int_key(config, "num_global_key_value_heads", required=False) or kv_heads
+        # transformers gives the global layers their own K/V heads only where K = V is shared (Gemma 4's
+        # attention_k_eq_v); a config without that key is not gated.
+        if config.get("attention_k_eq_v", True) is not False:
+            kv_heads = _int_key(config, "num_global_key_value_heads", required=False) or kv_heads
         global_dim = _int_key(config, "global_head_dim", required=False)
         if global_dim is not None:
             head_dim = v_head_dim = global_dim
@@ -292,3 +295,45 @@ def attention_costs(config: Mapping[str, Any], context_len: int) -> dict[str, fl
     core = 2 * heads * (dqk + dv) * context_len
     return {"head_params": float(params), "core_flops": float(core),
             "kv_values": float(kv_values_per_layer(without_indexer(config)))}
+
+
+def max_context_for_budget(config: Mapping[str, Any], budget_bytes: float, batch: int = 1,
+                           dtype_bytes: float = 2) -> int | None:
+    """The longest context N whose cache for ``batch`` sequences fits in ``budget_bytes``: 0 when not one token fits.
+
+    The cache counted is :func:`kv_cache_table`'s ``total_bytes``: :func:`kv_cache_bytes` (local layers capped at
+    their window) plus a DeepSeek-sparse-attention indexer's keys, times ``batch``. Windows make it grow more slowly
+    past them, so N is found by bisection over those exact bytes, not by dividing by the bytes per token. Returns
+    ``None`` when every length fits: a config without full-attention layers stops growing once its windows are full,
+    and that cache fits the budget. Fixed-size state (:func:`linear_state_bytes`) is not counted.
+    """
+    config = read_config(config)
+    _checks.number("budget_bytes", budget_bytes, min_value=0)
+    _checks.number("batch", batch, integer=True, positive=True)
+    nbytes = _dtype_bytes(dtype_bytes)
+    index_values = indexer_values_per_layer(config)
+    attention = without_indexer(config) if index_values else config
+    kinds = layer_kinds(attention)
+    index_per_token = sum(kind in KV_LAYER_TYPES for kind in kinds) * index_values * nbytes
+
+    def fits(n: int) -> bool:
+        return (kv_cache_bytes(attention, n, nbytes) + index_per_token * n) * batch <= budget_bytes
+
+    # What every further token adds once all windows are full: the full-attention layers and the indexer keys.
+    growth = kinds.count("full_attention") * kv_values_per_layer(attention) * nbytes if "full_attention" in kinds else 0
+    growth += index_per_token
+    if growth == 0:
+        longest = max((_int_key(attention, WINDOW_KEYS[k]) for k in set(kinds) & set(WINDOW_KEYS)), default=1)
+        if fits(longest):
+            return None
+        too_long = longest
+    else:
+        # At least `growth` bytes per token: this length is past the budget (doubled while rounding says otherwise).
+        too_long = int(budget_bytes / (growth * batch)) + 1
+        while fits(too_long):
+            too_long *= 2
+    fitting = 0  # fits(fitting) and not fits(too_long) throughout
+    while too_long - fitting > 1:
+        middle = (fitting + too_long) // 2
+        fitting, too_long = (middle, too_long) if fits(middle) else (fitting, middle)
+    return fitting

@@ -190,8 +190,9 @@ def rope_spec(config: Mapping[str, Any], layer_type: str | None = None) -> RopeS
     keys = ROPE_TYPES[rope_type].keys | _MROPE_KEYS
     unknown = set(rope) - keys - {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
     if unknown:
+        hints = "".join(_checks.did_you_mean(key, keys) for key in sorted(unknown))
         raise ValueError(f"rope dict has key(s) {sorted(unknown)} that rope_type {rope_type!r} does not use; "
-                         f"expected some of {sorted(keys)}")
+                         f"expected some of {sorted(keys)}{hints}")
     params = {k: v for k, v in rope.items() if k in keys}  # in the config's order, whatever the hash seed
     if "original_max_position_embeddings" in keys:
         params["original_max_position_embeddings"] = _original_max_positions(config, rope, max_pos)
@@ -208,7 +209,8 @@ def _rope_type(rope: Mapping[str, Any]) -> str:
         raise ValueError(f"rope dict gives rope_type={new!r} and type={old!r}; give one")
     rope_type = new if new is not None else old if old is not None else "default"
     if rope_type not in ROPE_TYPES:
-        raise NotModelledError(f"rope_type must be one of {tuple(ROPE_TYPES)}, got {rope_type!r}")
+        raise NotModelledError(f"rope_type must be one of {tuple(ROPE_TYPES)}, got {rope_type!r}"
+                               f"{_checks.did_you_mean(rope_type, ROPE_TYPES)}")
     return rope_type
 
 
@@ -364,6 +366,12 @@ def _given_attention_factor(spec: RopeSpec) -> float | None:
 
 
 def _yarn(spec: RopeSpec, seq_len: int | None) -> tuple[torch.Tensor, float]:
+    # transformers refuses a yarn dict without the key factor (derived from the lengths it would silently be 1
+    # wherever max_position_embeddings equals the original length); a null factor it derives from the lengths
+    # (DeepSeek-style configs), as _extension_factor does.
+    if "factor" not in spec.params:
+        raise ValueError("rope_type 'yarn' needs 'factor' in the rope dict (the context-extension ratio, e.g. "
+                         "\"factor\": 4.0), got none; transformers refuses it too")
     factor = _extension_factor(spec)
     attention_factor = _given_attention_factor(spec)
     if attention_factor is None:
@@ -557,7 +565,11 @@ def _mrope_layout(spec: RopeSpec) -> tuple[tuple[int, int, int], bool] | None:
         if interleaved:
             raise ValueError("mrope_interleaved=True needs mrope_section in the rope dict, got none")
         return None
-    mrope_plane_axes(section, spec.rotary_dim // 2, interleaved=interleaved)  # checks the section
+    try:
+        mrope_plane_axes(section, spec.rotary_dim // 2, interleaved=interleaved)  # checks the section
+    except ValueError as error:  # say where the number of planes came from: the head's width
+        raise ValueError(f"{error}; the planes are head_dim {spec.head_dim} (head_dim, or hidden_size / "
+                         f"num_attention_heads) × partial_rotary_factor {spec.partial_rotary_factor:g} / 2") from None
     return tuple(section), interleaved
 
 
