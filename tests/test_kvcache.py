@@ -179,3 +179,90 @@ def test_attention_costs_scale_with_heads_but_mla_cache_does_not():
 def test_deepseek_v4_configs_without_compress_ratios_are_refused():
     with pytest.raises(ValueError, match="o_groups"):
         pb.kv_cache_bytes_per_token(kvc.without_indexer(pb.model_config("DeepSeek-V4-Pro")))
+
+
+# ---- max_context_for_budget: the longest context a memory budget holds --------------------------------------------
+
+import re
+
+from hypothesis import given, settings, strategies as st
+
+from posbook.kvcache import max_context_for_budget
+
+
+def test_budget_for_llama_3_1_8b_by_hand():
+    # 32 layers × 8 KV heads × (128 + 128) numbers × 2 B = 131,072 B per token, and no windows: N = budget // that.
+    llama = pb.model_config("Llama-3.1-8B")
+    assert pb.kv_cache_bytes_per_token(llama) == 131_072
+    assert max_context_for_budget(llama, 80 * GIB) == 655_360
+    assert max_context_for_budget(llama, 80 * GIB, batch=8) == 81_920
+    assert max_context_for_budget(llama, 80 * GIB, batch=32, dtype_bytes=4) == 10_240
+    assert max_context_for_budget(llama, 80 * GIB, batch=32, dtype_bytes=1) == 40_960
+    assert max_context_for_budget(llama, 131_072 * 1_000) == 1_000       # exactly full
+    assert max_context_for_budget(llama, 131_072 * 1_000 - 1) == 999    # one byte short
+    assert max_context_for_budget(llama, 131_071) == 0                   # not one token
+    assert max_context_for_budget(llama, 0) == 0
+
+
+def test_budget_past_a_sliding_window_grows_by_the_global_layers_only():
+    gemma = pb.model_config("Gemma-3-27B")
+    kinds = pb.layer_kinds(gemma)
+    assert (kinds.count("sliding_attention"), kinds.count("full_attention"), gemma["sliding_window"]) == (52, 10, 1024)
+    layer = 16 * (128 + 128) * 2                 # bytes per token per layer: 16 KV heads of 128, BF16
+    assert max_context_for_budget(gemma, 62 * layer * 500) == 500    # inside the window every layer grows
+    # Past it the 52 sliding layers hold 1,023 tokens each and only the 10 global layers grow:
+    # 52·1023·8192 + 10·8192·N <= 2^30  →  N = 7,787, where dividing by the bytes per token would say 2,114.
+    assert max_context_for_budget(gemma, GIB) == 7_787
+    assert GIB // pb.kv_cache_bytes_per_token(gemma) == 2_114
+    assert pb.kv_cache_bytes(gemma, 7_787) <= GIB < pb.kv_cache_bytes(gemma, 7_788)
+
+
+def test_budget_counts_the_indexer_keys_as_the_calculator_does():
+    v32 = pb.model_config("DeepSeek-V3.2")
+    n = max_context_for_budget(v32, 10 * GIB, batch=2)
+    at_n, past_n = pb.kv_cache_table(v32, [n, n + 1])
+    assert at_n["indexer_bytes"] > 0
+    assert 2 * at_n["total_bytes"] <= 10 * GIB < 2 * past_n["total_bytes"]
+    assert n < max_context_for_budget(pb.without_indexer(v32), 10 * GIB, batch=2)
+
+
+def test_a_cache_that_stops_growing_fits_any_length_or_stops_inside_its_window():
+    local = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=8, sliding_window=64,
+                 layer_types=["sliding_attention", "sliding_attention"])
+    per_token = pb.kv_cache_bytes_per_token(local)           # 2 layers × (8 + 8) × 2 B = 64 B
+    assert per_token == 64
+    assert max_context_for_budget(local, 63 * per_token) is None       # the most it keeps: 63 tokens
+    assert max_context_for_budget(local, 63 * per_token - 1) == 62
+    assert max_context_for_budget(local, 10 * per_token) == 10
+    assert max_context_for_budget(dict(local, layer_types=["mamba", "mamba"]), 0) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(budget=st.integers(0, 2**44), batch=st.integers(1, 64), dtype_bytes=st.sampled_from([1, 2, 4, 0.75]))
+def test_budget_is_the_last_length_that_fits(budget, batch, dtype_bytes):
+    config = dict(num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, head_dim=64, sliding_window=512,
+                  attention_chunk_size=2048,
+                  layer_types=["sliding_attention", "chunked_attention", "full_attention", "sliding_attention"])
+    n = max_context_for_budget(config, budget, batch, dtype_bytes)
+    assert pb.kv_cache_bytes(config, n, dtype_bytes) * batch <= budget
+    assert pb.kv_cache_bytes(config, n + 1, dtype_bytes) * batch > budget
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(budget_bytes=-1), ValueError, "budget_bytes must be >= 0, got -1"),
+    (dict(budget_bytes=float("nan")), ValueError, "budget_bytes must be finite"),
+    (dict(budget_bytes="80GiB"), TypeError, "budget_bytes must be a real number, got str '80GiB'"),
+    (dict(budget_bytes=GIB, batch=0), ValueError, "batch must be > 0, got 0"),
+    (dict(budget_bytes=GIB, batch=1.5), TypeError, "batch must be an int, got float 1.5"),
+    (dict(budget_bytes=GIB, dtype_bytes=0), ValueError, "dtype_bytes must be > 0, got 0"),
+])
+def test_budget_refuses_bad_arguments_by_name(kwargs, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        max_context_for_budget(pb.model_config("Llama-3.1-8B"), **kwargs)
+
+
+def test_budget_refuses_a_cache_it_does_not_model():
+    shared = dict(num_hidden_layers=30, num_attention_heads=8, num_key_value_heads=1, head_dim=256,
+                  num_kv_shared_layers=20)
+    with pytest.raises(ValueError, match="num_kv_shared_layers"):
+        max_context_for_budget(shared, GIB)
