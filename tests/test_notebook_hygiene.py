@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import collections
 import json
 import re
 import sys
@@ -104,3 +105,32 @@ def test_chapter_ends_with_takeaways_tied_to_their_evidence(path):
     assert 3 <= len(bullets) <= 5, f"{path.name}: {len(bullets)} takeaways"
     for bullet in bullets:
         assert re.search(r"\{(claim|numref|ref)\}`", bullet), f"{path.name}: takeaway without evidence: {bullet[:80]}"
+
+
+
+def _string_first_args(tree: ast.AST, names: set[str]) -> list[str]:
+    """The literal first argument of every call to a function or method named in ``names``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name in names:
+                found.append(node.args[0].value)
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_key_is_glued_twice(path):
+    # Every claim glues its value under its own name; gluing another value under that name (or one name twice)
+    # is a duplicate glue key, which stops the strict book build. A skipped claim glues nothing, and stands in the
+    # other branch of the claim it replaces, so skips are not counted.
+    nb = json.loads(path.read_text())
+    keys = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            source = "".join(line for line in cell["source"] if not line.lstrip().startswith(("%", "!")))
+            keys += _string_first_args(ast.parse(source), {"close", "holds", "glue"})
+    twice = sorted(k for k, n in collections.Counter(keys).items() if n > 1)
+    assert not twice, f"{path.name}: glued more than once: {twice}"
