@@ -148,7 +148,9 @@ def _default_rope(cls: type) -> dict[str, Any] | None:
         ok = all(v is None or all(_json_value(x) for x in v.values() if x is not None) for v in nested.values())
         return {k: None if v is None else {x: y for x, y in sorted(v.items()) if y is not None}
                 for k, v in sorted(nested.items())} if ok else None
-    rope = {k: v for k, v in rope.items() if k != "rope_theta" and v is not None}
+    # the base is recorded apart; a factor of 1 rotates every dimension, as no factor does
+    rope = {k: v for k, v in rope.items() if k != "rope_theta" and v is not None
+            and not (k == "partial_rotary_factor" and v == 1)}
     if set(rope) <= {"rope_type"} and rope.get("rope_type", "default") == "default":
         return None
     return rope if all(_json_value(v) for v in rope.values()) else None

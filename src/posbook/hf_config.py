@@ -406,8 +406,9 @@ def _fill_from(entry: Mapping[str, Any], flat: dict[str, Any]) -> None:
         rope = copy.deepcopy(default_rope)
         if flat.get("partial_rotary_factor") is not None:
             rope.pop("partial_rotary_factor", None)
-        flat.pop("rope_scaling", None)
-        flat["rope_parameters"] = rope
+        if rope not in ({}, {"rope_type": "default"}):  # what is left of it may be the default spectrum
+            flat.pop("rope_scaling", None)
+            flat["rope_parameters"] = rope
     interval = flat.get("no_rope_layer_interval")
     # An empty list counts as none there too (Llama-4-Scout's config.json writes "no_rope_layers": []).
     if not flat.get("no_rope_layers") and "no_rope_layer_interval" in entry["defaults"] and interval:
