@@ -107,6 +107,49 @@ def test_chapter_ends_with_takeaways_tied_to_their_evidence(path):
         assert re.search(r"\{(claim|numref|ref)\}`", bullet), f"{path.name}: takeaway without evidence: {bullet[:80]}"
 
 
+# A sentence of a page's summary that states a number or a comparison links the claim or figure that checks it.
+SUMMARY_SECTIONS = ("Results at a glance", "Key takeaways", "What this page tells you")
+COMPARISON = re.compile(r"\b(than|more|less|fewer|better|worse|faster|slower|higher|lower|larger|smaller|greater|"
+                        r"best|worst|most|least|exceeds?|beats?|outperforms?|improves?|degrades?|twice|half|"
+                        r"times)\b", re.I)
+EVIDENCE = re.compile(r"\{(claim|numref|ref)\}`")
+
+
+def summary_sentences(markdown: str):
+    """(section, sentence) for every sentence of the summary sections, bullets and paragraphs alike."""
+    for heading in SUMMARY_SECTIONS:
+        match = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", markdown, re.S | re.M)
+        if not match:
+            continue
+        text = re.sub(r"```.*?```", " ", match.group(1), flags=re.S)  # glued figures and directives
+        for block in re.split(r"\n(?=- )|\n\n", text):
+            for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z{(])", " ".join(block.split())):
+                if sentence.strip():
+                    yield heading, sentence
+
+
+def states_a_number_or_comparison(sentence: str) -> bool:
+    # Role targets (claim labels hold digits), inline math and code are not what the sentence states.
+    words = re.sub(r"\{[\w:]+\}`[^`]*`|\$[^$]*\$|`[^`]*`", " ", sentence)
+    return "{glue" in sentence or bool(re.search(r"\d", words) or COMPARISON.search(words))
+
+
+def test_the_summary_check_reads_sentences_as_meant():
+    text = ("## Key takeaways\n\n- RoPE is worse than ALiBi ({claim}`x <a.b>`). It is 3 times worse.\n"
+            "- A $2^{-8}$ slope, see {doc}`ch07`.\n\n## Claims checked\n")
+    flagged = [s for _, s in summary_sentences(text) if states_a_number_or_comparison(s) and not EVIDENCE.search(s)]
+    assert flagged == ["It is 3 times worse."]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_summary_sentences_link_their_evidence(path):
+    nb = json.loads(path.read_text())
+    markdown = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    bare = [f"{heading}: {sentence[:160]}" for heading, sentence in summary_sentences(markdown)
+            if states_a_number_or_comparison(sentence) and not EVIDENCE.search(sentence)]
+    assert not bare, f"{path.name}: sentences that state a number or a comparison without a claim or figure:\n" + \
+        "\n".join(bare)
+
 
 def _string_first_args(tree: ast.AST, names: set[str]) -> list[str]:
     """The literal first argument of every call to a function or method named in ``names``."""

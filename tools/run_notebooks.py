@@ -17,6 +17,7 @@ must check every claim: a chapter that skipped one there fails the run.
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -60,9 +61,11 @@ def toc_notebooks() -> list[Path]:
 
 
 def uses_transformers(nb: Path) -> bool:
-    """Whether a chapter's code names transformers (its prose may; the library never imports it)."""
+    """Whether a chapter's code reads transformers, itself or through posbook.oracle (its prose may name it; a
+    citation key such as wolf2020transformers does not count)."""
     cells = json.loads(nb.read_text())["cells"]
-    return any("transformers" in "".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return any(re.search(r"\btransformers\b|\boracle\.", "".join(c["source"]))
+               for c in cells if c["cell_type"] == "code")
 
 
 def outputs_text(path: Path) -> str:
