@@ -548,6 +548,15 @@ def outcome(status: str, detail: str = "") -> dict:
     return {"status": status, "detail": detail}
 
 
+def verdict(mismatches: list[str], refusals: list[str], matched: str) -> dict:
+    """A silent wrong number first, then posbook's first refusal by name, else a match described by ``matched``."""
+    if mismatches:
+        return outcome("mismatch", "; ".join(mismatches)[:600])
+    if refusals:
+        return outcome("refused", refusals[0])
+    return outcome("match", matched)
+
+
 def attention_kinds(d: dict) -> list[str]:
     kinds = []
     for k in map(str, d.get("layer_types") or []):
@@ -626,11 +635,7 @@ def rope_check(modules, text, forms: dict) -> dict:
                                 else f"inv_freq off by up to {_relerr(inv, hf_inv):.3g} (relative)"))
             elif not math.isclose(scale, hf_scale, rel_tol=RTOL):
                 problems.append(f"{layer_type} [{form}]: attention factor {scale:.6g}, HF {hf_scale:.6g}")
-    if problems:
-        return outcome("mismatch", "; ".join(problems)[:600])
-    if refusals:
-        return outcome("refused", refusals[0])
-    return outcome("match", f"{name}, {len(pairs)} rope dict(s), forms {sorted(forms)}")
+    return verdict(problems, refusals, f"{name}, {len(pairs)} rope dict(s), forms {sorted(forms)}")
 
 
 def kv_check(forms: dict, cached: int, seq: int, dtype_bytes: int, *, total: bool = False) -> dict:
@@ -740,11 +745,7 @@ def removed_keys_check(config_class, d: dict) -> dict:
             refused.append(f"without {key}: {got[part] if isinstance(got[part], str) else _refusal(reduced)}")
         elif differs:
             silent.append(f"without {key}: {', '.join(differs)} differ{'s' * (len(differs) == 1)}")
-    if silent:
-        return outcome("mismatch", "; ".join(silent)[:600])
-    if refused:
-        return outcome("refused", refused[0])
-    return outcome("match", f"{checked} keys removed one at a time")
+    return verdict(silent, refused, f"{checked} keys removed one at a time")
 
 
 def report_check(config) -> dict:

@@ -16,7 +16,6 @@ output and the status is 2; ``--help`` prints it with status 0.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import re
 import sys
@@ -25,6 +24,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import _checks
 from ._cli import positive_int, quiet_on_closed_pipe
 from .config_report import KV_DTYPES, config_report, format_report, plot_report
 from .kvcache import format_bytes, max_context_for_budget
@@ -164,7 +164,7 @@ def _read(source: str) -> dict[str, Any]:
             return model_config(names[source.lower()])
         if source.endswith(".json") or Path(source).is_absolute():  # meant as a path: the table is beside the point
             raise _Failure(BAD_INPUT, f"cannot read {source}: no such file")
-        close = [names[m] for m in difflib.get_close_matches(source.lower(), names, n=3)]
+        close = [names[m] for m in _checks.close_matches(source.lower(), names)]
         close = list(dict.fromkeys(close))  # a name and its Hub id may both come close
         hint = (f"; did you mean {', '.join(close[:-1])} or {close[-1]}?" if len(close) > 1 else
                 f"; did you mean {close[0]}?" if close else " (its names: posbook.models())")

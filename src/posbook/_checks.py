@@ -186,11 +186,16 @@ def choice(name: str, value: Any, options: Iterable[str]) -> str:
     return value
 
 
-def did_you_mean(value: Any, options: Iterable[str]) -> str:
-    """``"; did you mean 'llama3'?"`` for a misspelt name (the closest options by difflib), else ``""``."""
+def close_matches(value: Any, options: Iterable[str], *, n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """The options closest to a misspelt name (difflib's ratio at least ``cutoff``), closest first."""
     if not isinstance(value, str):
-        return ""
-    close = difflib.get_close_matches(value, [str(option) for option in options], n=3, cutoff=0.6)
+        return []
+    return difflib.get_close_matches(value, [str(option) for option in options], n=n, cutoff=cutoff)
+
+
+def did_you_mean(value: Any, options: Iterable[str]) -> str:
+    """``"; did you mean 'llama3'?"`` for a misspelt name (:func:`close_matches`), else ``""``."""
+    close = close_matches(value, options)
     return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 

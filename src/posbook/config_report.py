@@ -13,7 +13,6 @@ Every number comes from the module that defines its mechanism (:mod:`posbook.sca
 
 from __future__ import annotations
 
-import difflib
 import math
 import textwrap
 from collections import Counter
@@ -128,6 +127,12 @@ def config_report(config: Any, *, context: int | None = None, batch: int = 1, dt
     return report
 
 
+def _class_entry(flat: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What transformers' config class of the config's model_type fills in, or None (no or unknown model_type)."""
+    model_type = flat.get("model_type")
+    return hf_config.class_defaults(model_type) if isinstance(model_type, str) else None
+
+
 def _refuse_missing(flat: Mapping[str, Any], context: int | None) -> None:
     """Every key the report needs and neither the config nor its class's defaults give, named at once."""
     missing = []
@@ -141,7 +146,7 @@ def _refuse_missing(flat: Mapping[str, Any], context: int | None) -> None:
         missing.append("max_position_embeddings (or the context length to report at: --context N on the command "
                        "line, context=N in Python)")
     if missing:
-        known = isinstance(flat.get("model_type"), str) and hf_config.class_defaults(flat["model_type"]) is not None
+        known = _class_entry(flat) is not None
         filled = (f"; the config class of model_type {flat['model_type']!r} has no default for "
                   f"{'them' if len(missing) > 1 else 'it'} either") if known else ""
         raise ValueError(f"config gives no {', no '.join(missing)}{filled}")
@@ -197,7 +202,7 @@ def position_scheme(config: Any) -> tuple[str, str]:
     if flat.get("rope_theta") is not None or rope_dict(flat):
         return "rope", "rope_theta" if not rope_dict(flat) else "rope dict"
     model_type = flat.get("model_type")
-    entry = hf_config.class_defaults(model_type) if isinstance(model_type, str) else None
+    entry = _class_entry(flat)
     if entry is None:
         return "unknown", "no rope_theta, no rope dict, and no model_type that transformers ships"
     code = f"the modeling code of model_type {model_type!r}"
@@ -466,9 +471,7 @@ def _logits(flat: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[str
                                             attn_scale=scale))
         add(f"NoPE layers: queries × 1 + {_num(scale)}·log(1 + ⌊(n + 1)/{_num(floor)}⌋), × {at_n:.4g} at position "
             f"{report['context'] - 1:,}", at_n, "attn_temperature_tuning, floor_scale, attn_scale")
-    model_type = flat.get("model_type")
-    features = ((hf_config.class_defaults(model_type) if isinstance(model_type, str) else None) or {}).get(
-        "attention", [])
+    features = (_class_entry(flat) or {}).get("attention", [])
     if "sinks" in features:
         add("a learned sink logit per head joins every softmax row, so a row may give most of its weight to "
             "no token", None, f"the modeling code of model_type {flat['model_type']!r}")
@@ -559,7 +562,7 @@ def _warnings(flat: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[s
              "window anyway", "window_off")
     for key in sorted(map(str, flat)):
         # A key one letter off a key transformers and posbook read is almost surely a typo: both ignore it silently.
-        close = difflib.get_close_matches(key, _KNOWN_KEYS, n=1, cutoff=0.9)
+        close = _checks.close_matches(key, _KNOWN_KEYS, n=1, cutoff=0.9)
         if close and not key.startswith("_") and key not in _KNOWN_KEYS and key not in hf_config.transformers_keys():
             warn(f"config key {key!r} is not one transformers reads, so it changes nothing; did you mean "
                  f"{close[0]!r}?", "misspelt_key")
