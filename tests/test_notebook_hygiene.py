@@ -177,3 +177,14 @@ def test_no_key_is_glued_twice(path):
             keys += _string_first_args(ast.parse(source), {"close", "holds", "glue"})
     twice = sorted(k for k, n in collections.Counter(keys).items() if n > 1)
     assert not twice, f"{path.name}: glued more than once: {twice}"
+
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_claim_links_give_text_and_key(path):
+    # The {claim} role takes `text <key>` (it links within the page); a bare key stops the strict build.
+    nb = json.loads(path.read_text())
+    markdown = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    bare = [text for text in re.findall(r"\{claim\}`([^`]*)`", markdown)
+            if not re.fullmatch(r"[^<]+<[^>]+>", text.strip(), re.S)]
+    assert not bare, f"{path.name}: {{claim}} needs `text <key>`: {bare}"
