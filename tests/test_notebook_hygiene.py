@@ -188,3 +188,11 @@ def test_claim_links_give_text_and_key(path):
     bare = [text for text in re.findall(r"\{claim\}`([^`]*)`", markdown)
             if not re.fullmatch(r"[^<]+<[^>]+>", text.strip(), re.S)]
     assert not bare, f"{path.name}: {{claim}} needs `text <key>`: {bare}"
+
+
+def test_glue_from_another_page_names_its_format():
+    # myst-nb reads `path::key` only with a format after it (`path::key:s`, `path::key:.2f`); without one the strict
+    # build finds no key.
+    for page in sorted((ROOT / "book").glob("*.md")):
+        bare = re.findall(r"\{glue:\w+\}`([^`]*\.ipynb::[^`:]+)`", page.read_text())
+        assert not bare, f"{page.name}: glue from another page without a format: {bare}"
