@@ -343,3 +343,14 @@ def test_no_command_lists_the_commands(capsys):
     assert main([]) == 2
     out, err = capsys.readouterr()
     assert err == "" and "inspect" in out
+
+
+def test_a_rescaling_without_original_length_claims_no_pretraining_count():
+    # Gemma 3 scales its global layers linearly by 8 but names no original_max_position_embeddings: the length it
+    # was pre-trained at is not in the config, so the report counts no "as in pre-training" turns.
+    gemma = pb.model_config("Gemma-3-27B")
+    report = pb.config_report(gemma, context=32768)
+    full = next(e for e in report["rope"] if "full_attention" in e["layer_types"])
+    assert full["rescaling"] != "none" and full["original_length"] == gemma["max_position_embeddings"]
+    assert full["turning_planes"]["original_unscaled"] is None
+    assert "before the rescaling" not in pb.format_report(report)

@@ -80,7 +80,8 @@ def config_report(config: Any, *, context: int | None = None, batch: int = 1, dt
         cache posbook does not model is ``{"error": message}`` (``kv_cache`` itself, or its ``linear_state``): the
         rest of the report still stands. A ``"rope"`` entry gives the spectrum at N (``wavelengths``, null for an
         unrotated plane, and ``frequency_ratio`` θ'/θ per plane) and its summary; its counts of planes turning fully
-        are of that spectrum, and ``turning_planes["original_unscaled"]`` of the spectrum pre-training ran.
+        are of that spectrum, and ``turning_planes["original_unscaled"]`` of the spectrum pre-training ran, within
+        ``original_max_position_embeddings`` (null where the config does not name that length).
         ``logits`` lists everything that scales, caps or adds to the attention logits as ``{"what", "value",
         "source"}``. ``warnings`` is a list of ``{"message", "source"}``, the source a URL.
 
@@ -323,8 +324,10 @@ def _spectrum_entry(flat: Mapping[str, Any], layer_type: str, layers: list[int] 
     rotated = inv_freq > 0
     n_rotated = int(rotated.sum())
     wavelengths = rope_wavelengths(inv_freq)
-    original = spec.params.get("original_max_position_embeddings", flat.get("original_max_position_embeddings"))
-    original = original if original is not None else spec.max_position_embeddings
+    # Only original_max_position_embeddings names the length pre-training ran at; a rescaling without it (Gemma 3's
+    # linear factor) leaves that length unstated, and max_position_embeddings is then the length served.
+    pretrained = spec.params.get("original_max_position_embeddings", flat.get("original_max_position_embeddings"))
+    original = pretrained if pretrained is not None else spec.max_position_embeddings
 
     def turning(length: int | None) -> int | None:
         return None if length is None else int((rope_turns(inv_freq, length) >= 1).sum())
@@ -362,9 +365,10 @@ def _spectrum_entry(flat: Mapping[str, Any], layer_type: str, layers: list[int] 
         "wavelength_min": float(wavelengths[rotated].min()),
         "wavelength_max": float(wavelengths[rotated].max()),
         "original_length": original,
-        # Pre-training ran the unscaled spectrum: its turns within L are the ones the model learned.
+        # Pre-training ran the unscaled spectrum: its turns within the pre-training length are the ones the model
+        # learned (None where the config does not state that length).
         "turning_planes": {"context": turning(context), "original": turning(original),
-                           "original_unscaled": None if original is None else int(
+                           "original_unscaled": None if pretrained is None else int(
                                (rope_turns(torch.where(ratio > 0, inv_freq / ratio, inv_freq), original) >= 1).sum())},
         "windows": windows,
         "rescaling": rescaling,
