@@ -22,7 +22,7 @@ Before timing, the script checks bit for bit (``torch.equal``) that posbook's ha
 and that posbook's interleaved layout reproduces the textbook interleaved formula. It also prints which way
 posbook's blocked CPU path rotates each layout here (four real-valued passes per block, or one complex multiply for
 the interleaved layout where that is exact: float32/float64 on x86), and that with more than one thread the blocks
-are shared out to Python helper threads (``rope._run_blocks``), as many in all as torch's intra-op threads.
+are shared out to Python helper threads (``rope_cpu._run_blocks``), as many in all as torch's intra-op threads.
 
 Run: ``.venv/bin/python benchmarks/rope_apply.py [--threads N] [--repeats R] [--formula]`` (~30 s by default).
 """
@@ -127,8 +127,8 @@ def main() -> None:
     print(f"median of {args.repeats} repeats after {args.warmup} warm-up calls; GB/s counts x and out bytes only")
     print("bit-exact (torch.equal, checked before timing): posbook half == HF apply_rotary_pos_emb; "
           "posbook interleaved == x*cos + rotate_every_two(x)*sin")
-    from posbook import rope
-    interleaved_way = ("one complex multiply per block" if rope._complex_rotation_is_exact(q, torch.empty_like(q))
+    from posbook import rope_cpu
+    interleaved_way = ("one complex multiply per block" if rope_cpu._complex_rotation_is_exact(q, torch.empty_like(q))
                        else "four real-valued passes per block")
     print(f"posbook blocked path: half = four real-valued passes per block, interleaved = {interleaved_way}; "
           f"blocks run on {torch.get_num_threads()} thread(s)")

@@ -9,7 +9,7 @@ those), and for Hub-style ``config.json`` dicts of the families whose legacy key
   form, and the multimodal config with its ``text_config`` nested);
 * KV cache: ``posbook.kv_cache_bytes_per_token`` against the key/value bytes a tiny float32 instance caches over a
   few tokens, and ``posbook.kv_cache_bytes`` past the window for models with sliding or chunked layers;
-* the report of ``python -m posbook inspect`` (``posbook.config_report``): it runs on every config or refuses it
+* the report of ``python -m posbook inspect`` (``posbook.report.config_report``): it runs on every config or refuses it
   with posbook's own error.
 
 Each check ends as ``match``, ``refused`` (posbook raised ValueError/TypeError: it does not model something and

@@ -15,7 +15,7 @@ import torch
 import posbook as pb
 from posbook.__main__ import COMMANDS, memory_size
 from posbook.__main__ import main as posbook_main
-from posbook.config_report import config_report
+from posbook.report import config_report
 from posbook.experiments.__main__ import main as experiments_main
 
 TRAIN = ["train", "--task", "copy", "--preset", "cpu", "--steps", "1", "--no-progress"]
@@ -84,7 +84,7 @@ POSBOOK_CASES = [
 EXPERIMENTS_CASES = [
     ([], "the following arguments are required"),
     (["frobnicate"], "invalid choice"),
-    ([*TRAIN, "--steps", "x"], "invalid int value"),
+    ([*TRAIN, "--steps", "x"], "argument --steps: expected an integer"),
     ([*TRAIN, "--steps", "0"], "steps must be >= 1"),
     ([*TRAIN, "--steps", "-1"], "steps must be >= 1"),
     ([*TRAIN, "--task", "nope"], "invalid choice"),
@@ -138,10 +138,10 @@ def test_an_unavailable_device_is_refused_by_name(files, capsys, monkeypatch):
 
 def test_sweep_lists_a_grid_at_gpu_scale(capsys):
     """``sweep GRID --preset colab`` reaches the GPU-scale grid: --list names its runs and whether each is recorded."""
-    from posbook.experiments import sweep
+    from posbook.experiments import grids
     status = experiments_main(["sweep", "extrapolation", "--preset", "colab", "--list"])
     lines = capsys.readouterr().out.strip().splitlines()
-    runs = sweep.GRIDS["extrapolation.colab"]()
+    runs = grids.runs("extrapolation.colab")
     assert status == 0 and [line.split()[0] for line in lines] == list(runs)
     assert all(line.split()[-1] in ("recorded", "train") for line in lines)
 

@@ -78,6 +78,23 @@ def test_flex_runs_sinks_and_softcap_like_the_reference(normaliser, extra, softc
                                pb.attention(q, k, v, impl="reference", **options), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("normaliser", pb.NORMALISERS)
+def test_each_normaliser_runs_on_the_paths_its_entry_lists_and_is_refused_by_the_others(normaliser):
+    """The registry decides: a path its NORMALISERS entry lists gives the reference's answer, any other refuses
+    the normaliser by name (and the path's)."""
+    q, k, v = qkv()
+    options = dict(normaliser=normaliser, causal=True)
+    if pb.NORMALISERS[normaliser].option_required:
+        options[pb.NORMALISERS[normaliser].option] = torch.tensor([-1.0, 0.0, 2.0, 5.0], dtype=torch.float64)
+    reference = pb.attention(q, k, v, impl="reference", **options)
+    for impl in ("sdpa", "flex"):
+        if impl in pb.NORMALISERS[normaliser].paths:
+            torch.testing.assert_close(pb.attention(q, k, v, impl=impl, **options), reference, rtol=1e-10, atol=1e-12)
+        else:
+            with pytest.raises(ValueError, match=f"^impl='{impl}' cannot run normaliser='{normaliser}'"):
+                pb.attention(q, k, v, impl=impl, **options)
+
+
 def test_block_mask_path_equals_dense_mask():
     q, k, v = qkv(tq=256, tk=256, hkv=4, dtype=torch.float32)
     bm = pb.block_mask("sliding", 256, window=48, block_size=64)

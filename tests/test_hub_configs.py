@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import posbook as pb
-from posbook.config_report import format_report
+from posbook.report import format_report
 
 HUB = Path(__file__).resolve().parent / "data" / "hub_configs"
 FILES = sorted(HUB.glob("*.json"))

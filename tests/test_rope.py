@@ -133,13 +133,31 @@ def test_result_has_input_dtype():
     assert y.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("layout", pb.LAYOUTS)
+def test_rotate_computes_in_float32_and_rounds_once(layout):
+    """rope.rotate, the unchecked rotation of the experiment model, DiffAttention and posbook.theory: float32 and
+    float64 inputs get apply_rope's bits; bfloat16 and float16 inputs are rotated in float32 and rounded once."""
+    from posbook.rope import rotate
+
+    cos, sin = pb.rope_cos_sin(torch.arange(7) * 100, pb.default_inv_freq(8), layout=layout)
+    x = torch.randn(2, 7, 12, generator=torch.Generator().manual_seed(0))
+    for dtype in (torch.float32, torch.float64):
+        want = pb.apply_rope(x.to(dtype), cos, sin, layout=layout)
+        assert torch.equal(rotate(x.to(dtype), cos, sin, layout=layout), want)
+    for dtype in (torch.bfloat16, torch.float16):
+        low = x.to(dtype)
+        got = rotate(low, cos, sin, layout=layout)
+        assert got.dtype == dtype
+        assert torch.equal(got, pb.apply_rope(low.float(), cos, sin, layout=layout).to(dtype))
+
+
 def test_gradients_flow():
     x = torch.randn(2, 5, 8, dtype=F64, requires_grad=True)
     cos, sin = pb.rope_cos_sin(torch.arange(5), pb.default_inv_freq(8, dtype=F64), dtype=F64)
     assert torch.autograd.gradcheck(lambda t: pb.apply_rope(t, cos, sin), (x,))
 
 
-# --- the blocked CPU fast path (rope._apply_rope_chunked) must return the formula's bits ------------------------------
+# --- the blocked CPU fast path (rope_cpu.rotate_blocked) must return the formula's bits ------------------------------
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 INT_OF = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16,
@@ -148,7 +166,7 @@ INT_OF = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16
 
 def assert_same_bits(got, want):
     """Bit for bit, signed zeros included (torch.equal calls -0.0 and 0.0 equal). NaNs must sit at the same places;
-    their payload bits may differ (see rope._apply_rope_chunked)."""
+    their payload bits may differ (see rope_cpu.rotate_blocked)."""
     assert got.shape == want.shape and got.dtype == want.dtype
     nan = want.isnan()
     assert torch.equal(got.isnan(), nan)
@@ -182,26 +200,27 @@ def make_case(shape, head_dim, rotary_dim, layout, dtype, seed=0, specials=False
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head_dim, rotary_dim", [(16, 16), (24, 8), (10, 6), (7, 6), (64, 64), (96, 32), (128, 96)])
 def test_blocked_cpu_path_gives_the_formulas_bits(monkeypatch, threads, layout, dtype, head_dim, rotary_dim):
-    """Large CPU inputs outside autograd take rope._apply_rope_chunked; shrink its thresholds so small inputs do too,
+    """Large CPU inputs outside autograd take rope_cpu.rotate_blocked; shrink its thresholds so small inputs do too,
     cut into many blocks (serially or across helper threads). Rotary dims that are multiples of 32 take the complex
     multiply in the interleaved layout (float32/float64 on x86), the others the real-valued passes."""
     from posbook import rope as rope_module
+    from posbook import rope_cpu
 
-    monkeypatch.setattr(rope_module, "_MIN_FAST_BYTES", 0)
-    monkeypatch.setattr(rope_module, "_BLOCK_BYTES", 2048)
-    monkeypatch.setattr(rope_module, "_SERIAL_NUMEL", 1024)
+    monkeypatch.setattr(rope_cpu, "_MIN_FAST_BYTES", 0)
+    monkeypatch.setattr(rope_cpu, "_BLOCK_BYTES", 2048)
+    monkeypatch.setattr(rope_cpu, "_SERIAL_NUMEL", 1024)
     x, cos, sin = make_case((3, 5, 37), head_dim, rotary_dim, layout, dtype, seed=rotary_dim, specials=True)
     for view in (x, x.transpose(0, 1), x[:, ::2], x[..., 1:].unflatten(0, (1, 3))[..., :head_dim - 1]):
         if view.shape[-1] < rotary_dim:
             continue
-        assert rope_module._fast_path_applies(view, cos, sin)
+        assert rope_cpu.fast_path_applies(view, cos, sin)
         assert_same_bits(pb.apply_rope(view, cos, sin, layout=layout),
                          rope_module._apply_rope_reference(view, cos, sin, layout))
     if X86 and layout == "interleaved" and dtype in (torch.float32, torch.float64) and rotary_dim % 32 == 0:
-        assert rope_module._complex_rotation_is_exact(x[..., :rotary_dim], torch.empty_like(x)[..., :rotary_dim])
+        assert rope_cpu._complex_rotation_is_exact(x[..., :rotary_dim], torch.empty_like(x)[..., :rotary_dim])
     x.requires_grad_(dtype in (torch.float32, torch.float64))
     if x.requires_grad:  # autograd keeps the differentiable formula
-        assert not rope_module._fast_path_applies(x, cos, sin)
+        assert not rope_cpu.fast_path_applies(x, cos, sin)
 
 
 @pytest.mark.parametrize("layout", pb.LAYOUTS)
@@ -211,10 +230,11 @@ def test_blocked_path_with_tables_per_batch_or_head(monkeypatch, threads, layout
     """cos/sin with leading dimensions (positions per sequence, as with left padding): each block must get the slice
     of the table for its own batch entry / head, while the views shared by many blocks are reused."""
     from posbook import rope as rope_module
+    from posbook import rope_cpu
 
-    monkeypatch.setattr(rope_module, "_MIN_FAST_BYTES", 0)
-    monkeypatch.setattr(rope_module, "_BLOCK_BYTES", 4096)
-    monkeypatch.setattr(rope_module, "_SERIAL_NUMEL", 2048)
+    monkeypatch.setattr(rope_cpu, "_MIN_FAST_BYTES", 0)
+    monkeypatch.setattr(rope_cpu, "_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(rope_cpu, "_SERIAL_NUMEL", 2048)
     b, h, t, rotary_dim = 3, 4, 50, 64
     x, _, _ = make_case((b, h, t), 96, rotary_dim, layout, dtype)
     lead = {"batch": (b, 1), "head": (h,), "both": (b, h)}[table_shape]
@@ -223,7 +243,7 @@ def test_blocked_path_with_tables_per_batch_or_head(monkeypatch, threads, layout
     cos, sin = pb.rope_cos_sin(positions.reshape(-1), pb.default_inv_freq(rotary_dim), layout=layout)
     cos, sin = cos.reshape(*lead, t, rotary_dim), sin.reshape(*lead, t, rotary_dim)
     for view in (x, x.transpose(0, 1).contiguous().transpose(0, 1)):  # contiguous, and heads outermost in memory
-        assert rope_module._fast_path_applies(view, cos, sin)
+        assert rope_cpu.fast_path_applies(view, cos, sin)
         assert_same_bits(pb.apply_rope(view, cos, sin, layout=layout),
                          rope_module._apply_rope_reference(view, cos, sin, layout))
 
@@ -235,9 +255,10 @@ def test_fast_path_at_default_settings_gives_the_formulas_bits(threads, layout, 
     """The benchmark's case at a smaller size ([4, 8, 512, 128] is 8 MiB in float32, 4 in bf16: above the formula's
     threshold), with the real block sizes: full and partial rotation, bf16 and fp64, both layouts, 1 and 2 threads."""
     from posbook import rope as rope_module
+    from posbook import rope_cpu
 
     x, cos, sin = make_case((4, 8, 512), head_dim, rotary_dim, layout, dtype)
-    assert rope_module._fast_path_applies(x, cos, sin)
+    assert rope_cpu.fast_path_applies(x, cos, sin)
     assert_same_bits(pb.apply_rope(x, cos, sin, layout=layout), rope_module._apply_rope_reference(x, cos, sin, layout))
 
 
@@ -246,9 +267,9 @@ def test_fast_path_at_default_settings_gives_the_formulas_bits(threads, layout, 
 def test_complex_multiply_rounds_like_the_formula(dtype):
     """The probe the interleaved fast path relies on (if a PyTorch release changes its complex multiply to a fused
     multiply-add, this fails and the fast path falls back to the real-valued passes by itself)."""
-    from posbook import rope as rope_module
+    from posbook import rope_cpu
 
-    assert rope_module._complex_mul_matches(dtype)
+    assert rope_cpu._complex_mul_matches(dtype)
 
 
 def test_fast_path_keeps_the_callers_thread_local_modes(monkeypatch, threads):
@@ -257,14 +278,15 @@ def test_fast_path_keeps_the_callers_thread_local_modes(monkeypatch, threads):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from posbook import rope as rope_module
+    from posbook import rope_cpu
 
-    monkeypatch.setattr(rope_module, "_MIN_FAST_BYTES", 0)
-    monkeypatch.setattr(rope_module, "_SERIAL_NUMEL", 1024)
+    monkeypatch.setattr(rope_cpu, "_MIN_FAST_BYTES", 0)
+    monkeypatch.setattr(rope_cpu, "_SERIAL_NUMEL", 1024)
     x, cos, sin = make_case((4, 64), 64, 64, "interleaved", torch.float32)
     want = rope_module._apply_rope_reference(x, cos, sin, "interleaved")
     with torch.no_grad():
         leaf = x.clone().requires_grad_()
-        assert rope_module._fast_path_applies(leaf, cos, sin)
+        assert rope_cpu.fast_path_applies(leaf, cos, sin)
         got = pb.apply_rope(leaf, cos, sin, layout="interleaved")
     assert torch.equal(got, want) and not got.requires_grad
     with torch.inference_mode():
@@ -279,18 +301,18 @@ def test_fast_path_keeps_the_callers_thread_local_modes(monkeypatch, threads):
             return func(*args, **(kwargs or {}))
 
     with Record():
-        assert not rope_module._fast_path_applies(x, cos, sin)
+        assert not rope_cpu.fast_path_applies(x, cos, sin)
         got = pb.apply_rope(x, cos, sin, layout="interleaved")
     assert torch.equal(got, want) and seen
 
 
 @pytest.mark.parametrize("mode", ["grad", "no_grad", "inference"])
 def test_helper_threads_take_blocks_with_the_callers_modes(mode):
-    """rope._run_blocks with 2 threads: both threads work (a barrier makes the first block of each wait for the other)
-    and see the caller's grad / inference mode, which are thread-local; every block runs once."""
+    """rope_cpu._run_blocks with 2 threads: both threads work (a barrier makes the first block of each wait for the
+    other) and see the caller's grad / inference mode, which are thread-local; every block runs once."""
     import threading
 
-    from posbook import rope as rope_module
+    from posbook import rope_cpu
 
     barrier, seen, lock = threading.Barrier(2, timeout=30), [], threading.Lock()
 
@@ -303,7 +325,7 @@ def test_helper_threads_take_blocks_with_the_callers_modes(mode):
 
     context = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference": torch.inference_mode}[mode]
     with context():
-        rope_module._run_blocks(20, work, 2)
+        rope_cpu._run_blocks(20, work, 2)
     assert sorted(i for i, *_ in seen) == list(range(20))
     assert len({thread for _, thread, *_ in seen}) == 2
     assert {(grad, inference) for *_, grad, inference in seen} == {(mode == "grad", mode == "inference")}

@@ -6,18 +6,37 @@ One module per concern, in the order data flows through an attention layer:
    transformers ``PretrainedConfig``, in the one form the modules below read);
 1. rotary frequencies — :mod:`posbook.scaling` (``rope_parameters``: the registry of rope types and context
    extension), :mod:`posbook.spectrum` (reading a spectrum: wavelengths, turns, ramps);
-2. q and k before the logits — :mod:`posbook.norms` (RMSNorm, QK-Norm), :mod:`posbook.rope` (rotation, layouts);
+2. q and k before the logits — :mod:`posbook.norms` (RMSNorm, QK-Norm), :mod:`posbook.rope` (rotation, layouts;
+   its CPU fast path in :mod:`posbook.rope_cpu`);
 3. the logits — :mod:`posbook.bias` (ALiBi, T5), :mod:`posbook.logit_scales` (SWAN, Llama 4), :mod:`posbook.masks`;
 4. weights and output — :mod:`posbook.normalisers` (softmax, softmax1, sink, sigmoid), :mod:`posbook.core` (the
    reference attention and its fast paths), :mod:`posbook.local` (blocked sliding/chunked attention),
    :mod:`posbook.diff_attention`;
 5. the whole layer — :mod:`posbook.stability` (entropy, softcap, QK-Clip), :mod:`posbook.kvcache` (cache arithmetic),
-   :mod:`posbook.model_configs` (the sourced configs of real models), :mod:`posbook.config_report` (what a config
+   :mod:`posbook.model_configs` (the sourced configs of real models), :mod:`posbook.report` (what a config
    does to position and the cache; ``python -m posbook inspect CONFIG.json``);
 6. measurements — :mod:`posbook.score` (the score as a sum of cosines), :mod:`posbook.precision` (aliasing),
    :mod:`posbook.divergence` (KL, Jensen–Shannon), :mod:`posbook.influence` (attention mass, G(d));
 7. the book — :mod:`posbook.claims` (checked numbers), :mod:`posbook.oracle` (the installed ``transformers``, where
    a chapter compares with it), :mod:`posbook.viz`, :mod:`posbook.device`.
+
+Beneath this checked API lies one unchecked layer, for callers that made or checked their inputs themselves (the
+experiment model, :class:`~posbook.diff_attention.DiffAttention`, :mod:`posbook.theory`): it checks nothing and reads
+no tensor values on the host, so a training step pays for no checks. Each function says "unchecked" in its docstring:
+
+* :func:`posbook.core.attend` under :func:`~posbook.core.attention`, on the path :func:`posbook.core.resolved_impl`
+  picked once, when the caller was configured;
+* :func:`posbook.local.local_attend` under :func:`~posbook.local.local_attention`;
+* :func:`posbook.normalisers.normalised` under :func:`~posbook.normalisers.normalise`;
+* :func:`posbook.rope.rotate` under :func:`~posbook.rope.apply_rope`, always in float32 (float64 stays float64),
+  rounded once to the input's dtype;
+* :func:`posbook.stability.softcapped` under :func:`~posbook.stability.softcap`;
+* and the pieces the paths share, each written once: :func:`posbook.logit_scales.scale_queries` (a query scale
+  folded into q), :func:`posbook.normalisers.extra_logit_rescale` (softmax1's and a sink's share),
+  :func:`posbook.rope.plane_slices` (the plane layouts), :func:`posbook.masks.kind_size` and
+  :func:`posbook.masks.size_option` (a mask's size by its name).
+
+Argument checks shared by modules live in ``posbook._checks``; no module uses another's private names.
 
 ``posbook.experiments`` (a small GPT, tasks, a trainer, recorded grids, probes of trained models) imports this
 core; the core never imports it.
@@ -42,7 +61,7 @@ from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, attention_costs, cache_
                       kv_values_per_layer, layer_kinds, linear_state_bytes, max_context_for_budget, without_indexer)
 from .hf_config import NotModelledError, class_defaults, read_config
 from .model_configs import model_config, models
-from .config_report import config_report, format_report, plot_report, position_scheme
+from .report import config_report, format_report, plot_report, position_scheme
 from .score import (cosine_sum, fast_planes, normal_ks_distance, position_inversion_rate, rope_decay_bound,
                     rope_plane_terms, rope_score_by_distance, score_moments, score_term_moments, split_moments,
                     token_inversion_rate)

@@ -1,7 +1,7 @@
 """Command line: ``posbook inspect CONFIG [--context N] [--batch B] [--dtype bf16] [--memory 80GiB] [--plot FILE.png]
 [--json]`` (``python -m posbook`` is the same command).
 
-Prints what a model's config does to position and to the KV cache (:func:`posbook.config_report.config_report`).
+Prints what a model's config does to position and to the KV cache (:func:`posbook.report.config_report`).
 CONFIG is a ``config.json``, a folder holding one (a downloaded model, a Hugging Face cache snapshot, or a cache
 ``models--org--name`` folder with a single snapshot), a name from :func:`posbook.models` (any case), or ``-`` for
 standard input; a path that exists wins over a name. ``--memory`` adds the longest context that fits a KV-cache
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from . import _checks
 from ._cli import positive_int, quiet_on_closed_pipe
-from .config_report import KV_DTYPES, config_report, format_report, plot_report
+from .report import KV_DTYPES, config_report, format_report, plot_report
 from .kvcache import format_bytes, max_context_for_budget
 from .model_configs import model_config, models
 
@@ -77,7 +77,7 @@ _MEMORY_UNITS = {"": 1, "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2
                  "tb": 10**12, "tib": 2**40}
 _MEMORY_BATCHES = (1, 8, 32)
 _MEMORY_FORMAT = "posbook.inspect.memory/1"
-_TEXT_WIDTH = 88  # the report's own width (config_report.format_report)
+_TEXT_WIDTH = 88  # the report's own width (report.format_report)
 
 
 class _Failure(Exception):

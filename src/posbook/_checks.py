@@ -207,14 +207,43 @@ def dtype(name: str, value: Any, *, floating: bool = True) -> torch.dtype:
     return value
 
 
-def query_key_lengths(q_len: Any, k_len: Any) -> tuple[int, int]:
-    """q_len and k_len (default: q_len), queries being the last q_len of k_len positions."""
+def query_key_sizes(q_len: Any, k_len: Any) -> tuple[int, int]:
+    """q_len and k_len (default: q_len), queries being the last q_len of k_len positions, each small enough to be a
+    tensor dimension."""
     k_len = q_len if k_len is None else k_len
     number("q_len", q_len, integer=True, positive=True)
     number("k_len", k_len, integer=True, positive=True)
     if k_len < q_len:
         raise ValueError(f"k_len must be >= q_len (queries are the last q_len positions), got k_len={k_len}, q_len={q_len}")
-    return q_len, k_len
+    return size("q_len", q_len), size("k_len", k_len)
+
+
+def positions(name: str, value: Any, *, ndim: int | None = None, integer: bool = False) -> torch.Tensor:
+    """A tensor of positions or distances: integers, or (unless ``integer``) finite reals; never bool or complex."""
+    tensor(name, value, ndim=ndim)
+    if value.dtype == torch.bool or value.is_complex() or (integer and value.is_floating_point()):
+        raise TypeError(f"{name} must hold integers{'' if integer else ' or reals'}, got dtype {value.dtype}")
+    if value.is_floating_point():
+        finite(name, value)
+    return value
+
+
+def owned_options(argument: str, kind: Any, registry: Mapping[str, Any], given: Mapping[str, Any], *, option: str,
+                  required: str | None = None) -> None:
+    """``kind`` one of ``registry``, and options that each belong to one kind of it: a mask's ``window`` or
+    ``chunk_size``, a normaliser's ``sink`` or ``sigmoid_bias``. Each entry names the option it reads in its attribute
+    ``option`` (None: it reads none); ``required`` names the attribute that says whether it must be given (without
+    one, it must). An option given with another kind is an error, not silently ignored."""
+    choice(argument, kind, registry)
+    owners = {getattr(entry, option): name for name, entry in registry.items() if getattr(entry, option) is not None}
+    must = True if required is None else getattr(registry[kind], required)
+    for name, value in given.items():
+        if owners[name] != kind:
+            if value is not None:
+                raise ValueError(f"{name} only applies to {argument}={owners[name]!r}, got {name}={_show(value)} "
+                                 f"with {argument}={kind!r}")
+        elif value is None and must:
+            raise ValueError(f"{argument}={kind!r} needs {name}, got None")
 
 
 def scores(name: str, value: Any, min_len: int) -> torch.Tensor:
@@ -263,6 +292,58 @@ def logits(name: str, value: Any) -> torch.Tensor:
         raise ValueError(f"{name} must not contain NaN or +inf (−inf hides an entry), got {_show(value)} with such "
                          "entries")
     return value
+
+
+def logit_rows(name: str, value: Any) -> torch.Tensor:
+    """Rows of logits to normalise: at least one key each, −inf for a hidden key, no NaN or +inf."""
+    tensor(name, value, ndim_min=1, floating=True)
+    if value.shape[-1] == 0:
+        raise ValueError(f"{name} must hold at least one key in its last dimension, got shape {tuple(value.shape)}")
+    return logits(name, value)
+
+
+def qkv(q: Any, k: Any, v: Any) -> None:
+    """q, k and v of one attention call: shapes, one dtype, one device, finite entries."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        tensor(name, x, ndim=4, floating=True)
+    batch, hq, tq, d = q.shape
+    _, hkv, tk, dk = k.shape
+    if k.shape[0] != batch or v.shape[0] != batch:
+        raise ValueError(f"q, k and v must share the batch size, got {q.shape[0]}, {k.shape[0]}, {v.shape[0]}")
+    if dk != d:
+        raise ValueError(f"k.shape[-1] must equal q.shape[-1]={d} (the q·k dot product), got {dk}")
+    if d == 0:
+        raise ValueError(f"q and k must have head_dim > 0, got q of shape {tuple(q.shape)}")
+    if v.shape[1] != hkv or v.shape[2] != tk:
+        raise ValueError(f"v must be [batch, {hkv}, {tk}, dv] like k, got {tuple(v.shape)}")
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"q has {hq} heads, which is not a multiple of k's {hkv} heads (grouped-query attention)")
+    if tk < tq:
+        raise ValueError(f"k must have at least as many positions as q (queries are the last ones), got {tk} < {tq}")
+    if tk == 0:
+        raise ValueError(f"k must hold at least one key position, got k of shape {tuple(k.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        finite(name, x)
+
+
+def query_scale(value: Any, q: torch.Tensor) -> None:
+    """An optional factor per query row: finite, broadcastable to [batch, Hq, Tq] of q."""
+    if value is not None:
+        tensor("query_scale", value, floating=True)
+        broadcastable_to("query_scale", value, tuple(q.shape[:3]))
+        finite("query_scale", value)
+
+
+def flex_backward(*tensors: torch.Tensor | None, alternative: str) -> None:
+    """flex_attention has no backward on the CPU and refuses, there, any input that requires grad (under
+    torch.no_grad() too): refuse it here by name, with what to use instead."""
+    if any(t is not None and t.requires_grad and t.device.type == "cpu" for t in tensors):
+        raise ValueError(f"impl='flex' has no backward on the CPU (flex_attention runs forward only there), and an "
+                         f"input requires grad; use {alternative}, or detach the inputs")
 
 
 def cos_sin(name: str, value: Any) -> tuple[torch.Tensor, torch.Tensor]:

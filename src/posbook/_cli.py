@@ -36,7 +36,7 @@ def quiet_on_closed_pipe(main: Callable[[], int]) -> int:
 
 
 def sweep_command(grid: str, *options: str) -> str:
-    """The command that trains a grid of ``posbook.experiments.sweep.GRIDS``, for a message to suggest: a grid at
+    """The command that trains a grid of ``posbook.experiments.grids.GRIDS``, for a message to suggest: a grid at
     another scale than the CPU's is named ``<grid>.<preset>`` there but trained by ``sweep <grid> --preset
     <preset>`` (``sweep extrapolation.colab`` is refused)."""
     chapter, _, preset = grid.partition(".")

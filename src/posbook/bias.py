@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 from . import _checks
-from .masks import _query_key_sizes
 
 
 def relative_positions(q_len: int, k_len: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
@@ -22,7 +21,7 @@ def relative_positions(q_len: int, k_len: int | None = None, *, device: torch.de
     Queries are the last ``q_len`` of the ``k_len`` positions (a decoding step with a KV cache has q_len = 1),
     so the diagonal of the last query block is 0 and past keys have negative entries.
     """
-    q_len, k_len = _query_key_sizes(q_len, k_len)
+    q_len, k_len = _checks.query_key_sizes(q_len, k_len)
     if device is not None:
         _checks.device("device", device)
     q_pos = torch.arange(k_len - q_len, k_len, device=device)

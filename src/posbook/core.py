@@ -11,9 +11,13 @@ Grouped-query attention: q has ``Hq`` heads, k and v have ``Hkv`` heads with Hq 
 key/value head h // (Hq / Hkv), as in Hugging Face's ``repeat_kv``. Hkv = 1 is multi-query attention.
 
 Fast paths: ``impl="sdpa"`` (``torch.nn.functional.scaled_dot_product_attention``) for plain softmax with any
-bias/mask, ``impl="flex"`` (``flex_attention``) for softcap, sinks, softmax1 and block-sparse masks. The test
-suite holds both equal to ``impl="reference"``; ``impl="auto"`` picks SDPA when the options allow, flex when a
-``BlockMask`` is given, and the reference otherwise.
+bias/mask, ``impl="flex"`` (``flex_attention``) for softcap, sinks, softmax1 and block-sparse masks; each entry of
+:data:`posbook.normalisers.NORMALISERS` says which of them implement it, and a path refuses the others by name.
+The test suite holds both equal to ``impl="reference"``; ``impl="auto"`` picks SDPA when the options allow, flex
+when a ``BlockMask`` is given, and the reference otherwise.
+
+:func:`attention` checks its arguments; :func:`attend` is the same core unchecked, for callers that made their
+inputs themselves (the unchecked layer: see :mod:`posbook`).
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ import torch
 import torch.nn.functional as F
 
 from . import _checks
+from .logit_scales import scale_queries
 from .masks import attention_mask
-from .normalisers import NORMALISERS, _check_normaliser_extras, _normalised
+from .normalisers import NORMALISERS, extra_logit_rescale, normalised
 from .rope import LAYOUTS, apply_rope
+from .stability import softcapped
 
 
 IMPLS = ("auto", "reference", "sdpa", "flex")
@@ -41,52 +47,16 @@ def _is_block_mask(mask: Any) -> bool:
     return isinstance(mask, BlockMask)
 
 
-def _check_qkv(q, k, v) -> None:
-    """q, k and v of one attention call: shapes, one dtype, one device, finite entries (posbook.local shares it)."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _checks.tensor(name, x, ndim=4, floating=True)
-    batch, hq, tq, d = q.shape
-    _, hkv, tk, dk = k.shape
-    if k.shape[0] != batch or v.shape[0] != batch:
-        raise ValueError(f"q, k and v must share the batch size, got {q.shape[0]}, {k.shape[0]}, {v.shape[0]}")
-    if dk != d:
-        raise ValueError(f"k.shape[-1] must equal q.shape[-1]={d} (the q·k dot product), got {dk}")
-    if d == 0:
-        raise ValueError(f"q and k must have head_dim > 0, got q of shape {tuple(q.shape)}")
-    if v.shape[1] != hkv or v.shape[2] != tk:
-        raise ValueError(f"v must be [batch, {hkv}, {tk}, dv] like k, got {tuple(v.shape)}")
-    if hkv == 0 or hq % hkv:
-        raise ValueError(f"q has {hq} heads, which is not a multiple of k's {hkv} heads (grouped-query attention)")
-    if tk < tq:
-        raise ValueError(f"k must have at least as many positions as q (queries are the last ones), got {tk} < {tq}")
-    if tk == 0:
-        raise ValueError(f"k must hold at least one key position, got k of shape {tuple(k.shape)}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _checks.finite(name, x)
-
-
-def _check_query_scale(query_scale, q) -> None:
-    """A finite factor per query row, broadcastable to [batch, Hq, Tq] (posbook.local shares it)."""
-    if query_scale is not None:
-        _checks.tensor("query_scale", query_scale, floating=True)
-        _checks.broadcastable_to("query_scale", query_scale, tuple(q.shape[:3]))
-        _checks.finite("query_scale", query_scale)
-
-
 def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask, causal, normaliser, sink,
                   sigmoid_bias, gate, output_rope, layout, impl):
-    _check_qkv(q, k, v)
+    _checks.qkv(q, k, v)
     batch, hq, tq, _ = q.shape
     tk = k.shape[2]
     if scale is not None:
         _checks.number("scale", scale, positive=True)
     _checks.number("temperature", temperature, positive=True)
     logits_shape = (batch, hq, tq, tk)
-    _check_query_scale(query_scale, q)
+    _checks.query_scale(query_scale, q)
     if bias is not None:
         _checks.tensor("bias", bias, floating=True)
         _checks.broadcastable_to("bias", bias, logits_shape)
@@ -103,15 +73,15 @@ def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask,
                             f"got dtype {mask.dtype}")
         _checks.broadcastable_to("mask", mask, logits_shape)
     _checks.flag("causal", causal)
-    _checks.choice("normaliser", normaliser, NORMALISERS)
-    if normaliser == "sink":
-        if sink is None:
-            raise ValueError("normaliser='sink' needs sink, one logit per query head, got None")
+    _checks.owned_options("normaliser", normaliser, NORMALISERS, {"sink": sink, "sigmoid_bias": sigmoid_bias},
+                          option="option", required="option_required")
+    if sink is not None:
         _checks.tensor("sink", sink, ndim=1, floating=True)
         if sink.shape[0] != hq:
             raise ValueError(f"sink must hold one logit per query head ({hq}), got shape {tuple(sink.shape)}")
         _checks.finite("sink", sink)
-    _check_normaliser_extras(normaliser, sink, sigmoid_bias)
+    if sigmoid_bias is not None:
+        _checks.number("sigmoid_bias", sigmoid_bias)
     if gate is not None:
         _checks.tensor("gate", gate, floating=True)
         _checks.broadcastable_to("gate", gate, (batch, hq, tq, v.shape[-1]))
@@ -146,17 +116,26 @@ def _reference(q, k, v, scale, query_scale, bias, softcap, mask, normaliser, sin
     if bias is not None:
         logits = logits + bias.to(compute)
     if softcap is not None:
-        logits = softcap * torch.tanh(logits / softcap)
-
+        logits = softcapped(logits, softcap)
     if mask is not None:
         logits = logits.masked_fill(~mask, float("-inf"))
-    weights = _normalised(logits, normaliser, None if sink is None else sink.to(compute)[None, :, None], sigmoid_bias)
+    weights = normalised(logits, normaliser, None if sink is None else sink.to(compute)[:, None], sigmoid_bias)
     return weights @ v, weights
 
 
+def _normaliser_reason(path: str, normaliser: str) -> str | None:
+    """Why ``path`` cannot run the normaliser (None if it can): the paths its NORMALISERS entry lists."""
+    paths = NORMALISERS[normaliser].paths
+    if path in paths:
+        return None
+    runs_on = "the reference path only" if not paths else "the reference and " + " and ".join(paths) + " paths"
+    return f"normaliser={normaliser!r} (its NORMALISERS entry runs on {runs_on})"
+
+
 def _sdpa_reason(query_scale, softcap, mask, normaliser, return_weights) -> str | None:
-    if normaliser != "softmax":
-        return f"normaliser={normaliser!r} (SDPA only has softmax)"
+    reason = _normaliser_reason("sdpa", normaliser)
+    if reason is not None:
+        return reason
     if softcap is not None:
         return "softcap (SDPA has no score modification)"
     if return_weights:
@@ -167,8 +146,9 @@ def _sdpa_reason(query_scale, softcap, mask, normaliser, return_weights) -> str 
 
 
 def _flex_reason(normaliser, return_weights) -> str | None:
-    if normaliser == "sigmoid":
-        return "normaliser='sigmoid' (flex_attention normalises with softmax)"
+    reason = _normaliser_reason("flex", normaliser)
+    if reason is not None:
+        return reason
     if return_weights:
         return "return_weights=True (flex_attention does not return the weights)"
     return None
@@ -176,8 +156,7 @@ def _flex_reason(normaliser, return_weights) -> str | None:
 
 def _sdpa(q, k, v, scale, query_scale, bias, mask, causal):
     tq, tk = q.shape[-2], k.shape[-2]
-    if query_scale is not None:  # a per-row factor on the logits is the same factor on that query
-        q = q * query_scale.to(q.dtype).unsqueeze(-1)
+    q = scale_queries(q, query_scale)
     # SDPA's is_causal is top-left aligned. Under a compile with dynamic shapes tq == tk is symbolic and SDPA takes
     # a Python bool: branching on it makes the compiler decide it, with a guard on shapes (not on values).
     same_length = True if tq == tk else False  # noqa: SIM210
@@ -222,7 +201,7 @@ def _flex(q, k, v, scale, query_scale, bias, softcap, mask, causal, normaliser, 
         if full_bias is not None:
             score = score + full_bias[b, h, q_idx, kv_idx]
         if softcap is not None:
-            score = softcap * torch.tanh(score / softcap)
+            score = softcapped(score, softcap)
         return score
 
     modifies = full_qs is not None or full_bias is not None or softcap is not None
@@ -231,11 +210,11 @@ def _flex(q, k, v, scale, query_scale, bias, softcap, mask, causal, normaliser, 
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
         out, aux = flex_attention(q, k, v, score_mod=score_mod if modifies else None, block_mask=block, scale=scale,
                                   enable_gqa=hq != k.shape[1], return_aux=AuxRequest(lse=True))
-    if normaliser in ("softmax1", "sink"):
-        # An extra logit s in the denominator rescales every softmax weight by Σe/(Σe + e^s) = sigmoid(lse − s),
-        # so the sink needs no extra column (the "non-materialising" form).
-        s = torch.zeros(hq, dtype=aux.lse.dtype, device=q.device) if normaliser == "softmax1" else sink.to(aux.lse.dtype)
-        out = out * torch.sigmoid(aux.lse - s[None, :, None]).unsqueeze(-1).to(out.dtype)
+    extra_logit = NORMALISERS[normaliser].extra_logit
+    if extra_logit is not None:
+        # flex_attention's softmax has no extra logit; its logsumexp gives the share the extra logit would take.
+        s = extra_logit(aux.lse, None if sink is None else sink[:, None])
+        out = out * extra_logit_rescale(aux.lse, s).unsqueeze(-1).to(out.dtype)
     return out
 
 
@@ -295,7 +274,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
     impl = resolved_impl(impl, query_scale=query_scale, softcap=softcap, mask=mask, normaliser=normaliser,
                          return_weights=return_weights)
     if impl == "flex":
-        _check_flex_backward(q, k, v, bias, sink, alternative="impl='reference'")
+        _checks.flex_backward(q, k, v, bias, sink, alternative="impl='reference'")
     out, weights = attend(q, k, v, scale=scale, query_scale=query_scale, bias=bias, softcap=softcap, mask=mask,
                           causal=causal, normaliser=normaliser, sink=sink, sigmoid_bias=sigmoid_bias, impl=impl)
     if output_rope is not None:
@@ -306,14 +285,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
     if return_weights:
         return out, weights.to(q.dtype)
     return out
-
-
-def _check_flex_backward(*tensors: torch.Tensor | None, alternative: str) -> None:
-    """flex_attention has no backward on the CPU and refuses, there, any input that requires grad (under
-    torch.no_grad() too): refuse it here by name, with what to use instead."""
-    if any(t is not None and t.requires_grad and t.device.type == "cpu" for t in tensors):
-        raise ValueError(f"impl='flex' has no backward on the CPU (flex_attention runs forward only there), and an "
-                         f"input requires grad; use {alternative}, or detach the inputs")
 
 
 def resolved_impl(impl: str, *, query_scale: Any = None, softcap: float | None = None, mask: Any = None,
@@ -337,16 +308,20 @@ def resolved_impl(impl: str, *, query_scale: Any = None, softcap: float | None =
     return impl
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, query_scale: torch.Tensor | None,
-           bias: torch.Tensor | None, softcap: float | None, mask: Any, causal: bool, normaliser: str,
-           sink: torch.Tensor | None, sigmoid_bias: float | None, impl: str) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The attention core without argument checks: ``(out, weights)``, weights only from the reference path.
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float,
+           query_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None, softcap: float | None = None,
+           mask: Any = None, causal: bool = False, normaliser: str = "softmax", sink: torch.Tensor | None = None,
+           sigmoid_bias: float | None = None, impl: str = "reference") -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The attention core unchecked: ``(out, weights)``, weights only from the reference path (else None).
 
-    :func:`attention` checks its arguments and then calls this; so does every caller that validated its
-    configuration once, like the experiment model at construction. It reads no tensor's values on the host (no
-    ``.item()``, no ``bool(tensor)``), so a compiled model traces it without graph breaks. ``scale`` is the final
-    factor on q·kᵀ (temperature already folded in) and ``impl`` a resolved path (:func:`resolved_impl`). NaN and
-    ±inf entries are not refused here: they propagate to the output as :func:`attention` describes for overflow.
+    :func:`attention` checks its arguments and then calls this; so does every caller that made or validated its
+    inputs itself: the experiment model (its configuration checked once, at construction),
+    :class:`posbook.diff_attention.DiffAttention` and :mod:`posbook.theory`. It reads no tensor's values on the host
+    (no ``.item()``, no ``bool(tensor)``), so a compiled model traces it without graph breaks. ``scale`` is the final
+    factor on q·kᵀ (temperature already folded in) and ``impl`` a resolved path (:func:`resolved_impl`); the
+    reference path, the default, runs every option. The weights come in the reference's compute dtype (float32, or
+    float64 for float64 inputs), out in q's dtype. NaN and ±inf entries are not refused here: they propagate to the
+    output as :func:`attention` describes for overflow.
     """
     if impl == "reference":
         dense = _combined_mask(mask, causal, q.shape[-2], k.shape[-2], q.device)

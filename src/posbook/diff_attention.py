@@ -20,9 +20,9 @@ from torch import nn
 
 from . import _checks
 from .core import attend, resolved_impl
-from .normalisers import _check_logits, _normalised
+from .normalisers import normalised
 from .norms import RMSNorm
-from .rope import apply_rope
+from .rope import rotate
 
 
 def lambda_init(layer: int) -> float:
@@ -90,16 +90,19 @@ class DiffAttention(nn.Module):
             _checks.finite("x", x)
         batch, t, _ = x.shape
         if rope is not None:
-            cos, _ = _checks.cos_sin("rope", rope)
-            if cos.shape[-2] != t or cos.shape[-1] > self.head_dim:
-                raise ValueError(f"rope must be (cos, sin) of [T={t}, rotary_dim <= head_dim={self.head_dim}], got "
-                                 f"{tuple(cos.shape)}")
+            cos, sin = _checks.cos_sin("rope", rope)
+            rotary_dim = cos.shape[-1]
+            if cos.shape[-2] != t or not 0 < rotary_dim <= self.head_dim or rotary_dim % 2:
+                raise ValueError(f"rope must be (cos, sin) of [T={t}, rotary_dim], rotary_dim even and at most "
+                                 f"head_dim={self.head_dim}, got {tuple(cos.shape)}")
+            if cos.device != x.device or sin.device != x.device:
+                raise ValueError(f"rope must be on x's device {x.device}, got {cos.device} and {sin.device}")
         h, d = self.n_heads, self.head_dim
         q = self.q_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
         k = self.k_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
         v = self.v_proj(x).view(batch, t, h, 2 * d).transpose(1, 2)
         if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            q, k = rotate(q, *rope), rotate(k, *rope)
         return q, k, v
 
     def _halves(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_maps: bool):
@@ -151,8 +154,8 @@ def differential_weights(scores1: torch.Tensor, scores2: torch.Tensor, lam: floa
         scores1, scores2: floating tensors of one shape [..., n].
         lam: a real number, or a finite tensor broadcastable to the scores' shape (such as ``DiffAttention.lam()``).
     """
-    _check_logits("scores1", scores1)
-    _check_logits("scores2", scores2)
+    _checks.logit_rows("scores1", scores1)
+    _checks.logit_rows("scores2", scores2)
     if scores1.shape != scores2.shape:
         raise ValueError(f"scores2 must have the shape of scores1 {tuple(scores1.shape)}, got {tuple(scores2.shape)}")
     if isinstance(lam, torch.Tensor):
@@ -161,7 +164,7 @@ def differential_weights(scores1: torch.Tensor, scores2: torch.Tensor, lam: floa
         _checks.finite("lam", lam)
     else:
         _checks.number("lam", lam)
-    return _normalised(scores1, "softmax", None, None) - lam * _normalised(scores2, "softmax", None, None)
+    return normalised(scores1, "softmax") - lam * normalised(scores2, "softmax")
 
 
 def needle_to_distractor_ratio(weights: torch.Tensor, needle: int) -> torch.Tensor:

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from . import _checks
-from .core import _check_flex_backward, _check_qkv, _check_query_scale
-from .masks import block_mask, local_size, mask_mod
+from .logit_scales import scale_queries
+from .masks import block_mask, kind_size, local_size, mask_mod, size_option
 
 LOCAL_IMPLS = ("auto", "blocked", "flex")
 FLEX_BLOCK_SIZE = 128          # flex_attention's own default tile: 128 queries × 128 keys
@@ -46,25 +46,24 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: 
     one device, no NaN or ±inf entries). ``query_scale``: optional per-query factor broadcastable to
     [batch, Hq, T], such as [T].
     """
-    _check_qkv(q, k, v)
+    _checks.qkv(q, k, v)
     t = q.shape[-2]
     if k.shape[-2] != t:
         raise ValueError(f"local_attention needs q and k of one length (self-attention), got {t} and {k.shape[-2]}")
     _checks.choice("kind", kind, ("sliding", "chunked"))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else _checks.number("scale", scale, positive=True)
-    _check_query_scale(query_scale, q)
+    _checks.query_scale(query_scale, q)
     # A window, chunk or block longer than the sequence sees what one of its length sees; capping it at T spares
     # the kernel padding the keys to its length.
     size = min(local_size(kind, window=window, chunk_size=chunk_size), t)
-    window, chunk_size = (size, None) if kind == "sliding" else (None, size)
     _checks.choice("impl", impl, LOCAL_IMPLS)
     if impl == "flex":
-        _check_flex_backward(q, k, v, query_scale, alternative="impl='blocked' (or 'auto')")
+        _checks.flex_backward(q, k, v, query_scale, alternative="impl='blocked' (or 'auto')")
     if block_size is not None:
         _checks.size("block_size", block_size)
         # flex tiles stay as given (a tile past the end is cut by the kernel); SDPA blocks are capped at T.
         block_size = block_size if _local_impl(impl, q) == "flex" else min(block_size, t)
-    return local_attend(q, k, v, kind=kind, window=window, chunk_size=chunk_size, scale=scale, block_size=block_size,
+    return local_attend(q, k, v, kind=kind, **size_option(kind, size), scale=scale, block_size=block_size,
                         query_scale=query_scale, impl=impl)
 
 
@@ -77,17 +76,17 @@ def _local_impl(impl: str, q: torch.Tensor) -> str:
     return "flex" if q.device.type == "cuda" and d >= 16 and d & (d - 1) == 0 else "blocked"
 
 
-def local_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str, window: int | None,
-                 chunk_size: int | None, scale: float, block_size: int | None = None,
+def local_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str, window: int | None = None,
+                 chunk_size: int | None = None, scale: float, block_size: int | None = None,
                  query_scale: torch.Tensor | None = None, impl: str = "auto") -> torch.Tensor:
-    """:func:`local_attention` without the argument checks, for callers that checked their configuration once (the
-    experiment model); reads no tensor values on the host, so NaN and ±inf entries propagate to the output."""
+    """:func:`local_attention` unchecked, for callers that checked their configuration once (the experiment model);
+    of ``window`` and ``chunk_size`` it reads the one ``kind`` needs. It reads no tensor values on the host, so NaN
+    and ±inf entries propagate to the output."""
     batch, hq, t, d = q.shape
     gqa = hq != k.shape[1]
-    if query_scale is not None:  # a per-row factor on the logits is the same factor on that query
-        q = q * query_scale.to(q.dtype).unsqueeze(-1)
+    q = scale_queries(q, query_scale)
     if _local_impl(impl, q) == "flex":
-        return _flex_local(q, k, v, kind, window if kind == "sliding" else chunk_size, scale,
+        return _flex_local(q, k, v, kind, kind_size(kind, window=window, chunk_size=chunk_size), scale,
                            block_size or FLEX_BLOCK_SIZE, gqa)
     if kind == "chunked":
         n_chunks = -(-t // chunk_size)
@@ -134,7 +133,7 @@ def _flex_local(q, k, v, kind: str, size: int, scale: float, tile: int, gqa: boo
         # Traced into the graph: no cache lookup (it would break the graph) and no checks of T, which is symbolic
         # once a second length has made the compiled model's shapes dynamic.
         t = q.shape[-2]
-        rule = mask_mod(kind, **{"window" if kind == "sliding" else "chunk_size": size})
+        rule = mask_mod(kind, **size_option(kind, size))
         mask = create_block_mask(rule, B=None, H=None, Q_LEN=t, KV_LEN=t, device=q.device, BLOCK_SIZE=tile)
         return flex_attention(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
     mask = _local_block_mask(kind, size, q.shape[-2], q.device, tile)
@@ -159,5 +158,4 @@ def _compiled_flex():
 def _local_block_mask(kind: str, size: int, t: int, device: torch.device, tile: int):
     """The BlockMask of a local layer at length t, shared by every batch entry and head: one per layer shape and
     length, since it holds nothing of the batch (eager calls only; a compiled model builds it in its graph)."""
-    options = {"window": size} if kind == "sliding" else {"chunk_size": size}
-    return block_mask(kind, t, **options, block_size=tile, device=device)
+    return block_mask(kind, t, **size_option(kind, size), block_size=tile, device=device)

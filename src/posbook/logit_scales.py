@@ -2,7 +2,8 @@
 
 Both scales multiply the queries at position n (pass them as ``query_scale`` to :func:`posbook.core.attention`):
 SWAN-GPT's log_a(a + n) and Llama 4's temperature tuning of its NoPE layers. Chapter "iRoPE and hybrids" shows
-why a global layer without position needs one.
+why a global layer without position needs one. :func:`scale_queries` is how the fast attention paths apply such a
+factor: folded into the queries.
 """
 
 from __future__ import annotations
@@ -15,11 +16,7 @@ from . import _checks
 
 
 def _check_positions(positions: torch.Tensor) -> None:
-    _checks.tensor("positions", positions, ndim=1)
-    if positions.dtype == torch.bool or positions.is_complex():
-        raise TypeError(f"positions must hold integers or reals, got dtype {positions.dtype}")
-    if positions.is_floating_point():
-        _checks.finite("positions", positions)
+    _checks.positions("positions", positions, ndim=1)
     if bool((positions < 0).any()):
         raise ValueError("positions must be >= 0")
 
@@ -57,3 +54,14 @@ query position (float64).
 
 :meta hide-value:
 """
+
+
+def scale_queries(q: torch.Tensor, query_scale: torch.Tensor | None) -> torch.Tensor:
+    """q [batch, Hq, Tq, d] with each query row multiplied by its factor (``query_scale`` broadcastable to
+    [batch, Hq, Tq], or None for q itself); unchecked.
+
+    A factor per row of the logits is the same factor on that row's query, so the fast attention paths (SDPA, the
+    local kernels) take a query scale this way, folded into q in q's dtype.
+    """
+    return q if query_scale is None else q * query_scale.to(q.dtype).unsqueeze(-1)
+

@@ -51,22 +51,29 @@ Face's ``sliding_window`` does; the chunked rule keeps keys with j ≤ i in the 
 """
 
 
+def kind_size(kind: str, *, window: int | None = None, chunk_size: int | None = None) -> int | None:
+    """The size a kind reads, by its :attr:`MaskKind.size_name` (``window`` for sliding, ``chunk_size`` for
+    chunked), or None for a kind without one; unchecked (:func:`local_size` checks it)."""
+    name = MASK_KINDS[kind].size_name
+    return None if name is None else {"window": window, "chunk_size": chunk_size}[name]
+
+
+def size_option(kind: str, size: int | None) -> dict[str, int]:
+    """The keyword a mask of ``kind`` takes its size by: ``{"window": size}`` for sliding, ``{"chunk_size": size}``
+    for chunked, ``{}`` for a kind without a size (for :func:`attention_mask`, :func:`block_mask`, :func:`mask_mod`);
+    unchecked."""
+    name = MASK_KINDS[kind].size_name
+    return {} if name is None else {name: size}
+
+
 def local_size(kind: str, *, window: int | None, chunk_size: int | None) -> int | None:
     """The size a kind needs (``window`` for sliding, ``chunk_size`` for chunked), checked; None otherwise.
 
     Each size belongs to one kind: giving it with another kind is an error, not silently ignored.
     """
-    sizes = {"window": window, "chunk_size": chunk_size}
-    owners = {m.size_name: name for name, m in MASK_KINDS.items() if m.size_name}
-    needed = MASK_KINDS[kind].size_name
-    for name, value in sizes.items():
-        if name == needed:
-            if value is None:
-                raise ValueError(f"kind={kind!r} needs {name}, got None")
-            _checks.size(name, value)
-        elif value is not None:
-            raise ValueError(f"{name} only applies to kind={owners[name]!r}, got {name}={value!r} with kind={kind!r}")
-    return None if needed is None else sizes[needed]
+    _checks.owned_options("kind", kind, MASK_KINDS, {"window": window, "chunk_size": chunk_size}, option="size_name")
+    size = kind_size(kind, window=window, chunk_size=chunk_size)
+    return None if size is None else _checks.size(MASK_KINDS[kind].size_name, size)
 
 
 def mask_mod(kind: str, *, window: int | None = None, chunk_size: int | None = None, q_offset: int = 0) -> MaskMod:
@@ -86,17 +93,10 @@ def mask_mod(kind: str, *, window: int | None = None, chunk_size: int | None = N
     return allowed
 
 
-def _query_key_sizes(q_len: int, k_len: int | None) -> tuple[int, int]:
-    """q_len and k_len (default: q_len) checked as :func:`posbook._checks.query_key_lengths` does, and each small
-    enough to be a tensor dimension."""
-    q_len, k_len = _checks.query_key_lengths(q_len, k_len)
-    return _checks.size("q_len", q_len), _checks.size("k_len", k_len)
-
-
 def attention_mask(kind: str, q_len: int, k_len: int | None = None, *, window: int | None = None,
                    chunk_size: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
     """Boolean mask [q_len, k_len], True where query i may attend to key j."""
-    q_len, k_len = _query_key_sizes(q_len, k_len)
+    q_len, k_len = _checks.query_key_sizes(q_len, k_len)
     if device is not None:
         _checks.device("device", device)
     rule = mask_mod(kind, window=window, chunk_size=chunk_size, q_offset=k_len - q_len)
@@ -114,7 +114,7 @@ def block_mask(kind: str, q_len: int, k_len: int | None = None, *, window: int |
     """
     from torch.nn.attention.flex_attention import create_block_mask
 
-    q_len, k_len = _query_key_sizes(q_len, k_len)
+    q_len, k_len = _checks.query_key_sizes(q_len, k_len)
     _checks.size("block_size", block_size)
     _checks.device("device", device)
     rule = mask_mod(kind, window=window, chunk_size=chunk_size, q_offset=k_len - q_len)

@@ -1,13 +1,15 @@
 """How a row of logits becomes weights: softmax, softmax-off-by-one, a learned sink, or sigmoid.
 
-:data:`NORMALISERS` is the registry: one entry per normaliser, its rule on a row of raw logits. The reference
-attention path (:mod:`posbook.core`) and :func:`normalise` call the same rules, so each exists once.
+:data:`NORMALISERS` is the registry: one :class:`Normaliser` per normaliser, its rule on a row of raw logits and
+the fast attention paths that implement it. :func:`normalise` checks its arguments and calls :func:`normalised`,
+the unchecked rule that the reference attention path (:mod:`posbook.core`) calls too, so each rule exists once.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -39,39 +41,19 @@ def normalise(logits: torch.Tensor, normaliser: str = "softmax", *, sink: Any = 
         weights of the shape of ``logits``. Equal to ``attention(..., return_weights=True)``'s weights for the
         same logits (the test suite checks it).
     """
-    _check_logits("logits", logits)
-    _checks.choice("normaliser", normaliser, NORMALISERS)
-    if normaliser == "sink":
-        if sink is None:
-            raise ValueError("normaliser='sink' needs sink (a number or a tensor of sink logits), got None")
-        if isinstance(sink, torch.Tensor):
-            _checks.tensor("sink", sink, floating=True)
-            _checks.finite("sink", sink)
-            _checks.broadcastable_to("sink", sink, tuple(logits.shape[:-1]))
-            sink = sink.to(logits.dtype)
-        else:
-            sink = torch.tensor(_checks.number("sink", sink), dtype=logits.dtype, device=logits.device)
-    _check_normaliser_extras(normaliser, sink, sigmoid_bias)
-
-    return _normalised(logits, normaliser, sink, sigmoid_bias)
-
-
-def _check_logits(name: str, logits: Any) -> None:
-    """Rows of logits to normalise: at least one key each, −inf for a hidden key, no NaN or +inf."""
-    _checks.tensor(name, logits, ndim_min=1, floating=True)
-    if logits.shape[-1] == 0:
-        raise ValueError(f"{name} must hold at least one key in its last dimension, got shape {tuple(logits.shape)}")
-    _checks.logits(name, logits)
-
-
-def _check_normaliser_extras(normaliser: str, sink: Any, sigmoid_bias: float | None) -> None:
-    """sink and sigmoid_bias belong to one normaliser each (the caller checks the sink's value)."""
-    if normaliser != "sink" and sink is not None:
-        raise ValueError(f"sink only applies to normaliser='sink', got normaliser={normaliser!r}")
+    _checks.logit_rows("logits", logits)
+    _checks.owned_options("normaliser", normaliser, NORMALISERS, {"sink": sink, "sigmoid_bias": sigmoid_bias},
+                          option="option", required="option_required")
     if sigmoid_bias is not None:
-        if normaliser != "sigmoid":
-            raise ValueError(f"sigmoid_bias only applies to normaliser='sigmoid', got normaliser={normaliser!r}")
         _checks.number("sigmoid_bias", sigmoid_bias)
+    if isinstance(sink, torch.Tensor):
+        _checks.tensor("sink", sink, floating=True)
+        _checks.finite("sink", sink)
+        _checks.broadcastable_to("sink", sink, tuple(logits.shape[:-1]))
+        sink = sink.to(logits.dtype)
+    elif sink is not None:
+        sink = torch.tensor(_checks.number("sink", sink), dtype=logits.dtype, device=logits.device)
+    return normalised(logits, normaliser, sink, sigmoid_bias)
 
 
 def _softmax_and_lse(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,23 +69,36 @@ def _softmax_and_lse(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return p, row_max + torch.log(total)
 
 
+def extra_logit_rescale(lse: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+    """The factor Σe/(Σe + e^s) = sigmoid(lse − s) by which one more logit ``extra`` (s) in a softmax's denominator
+    scales every weight of a row whose logsumexp is ``lse``; unchecked.
+
+    So softmax1 and a sink need no extra column (the "non-materialising" form), and the factor is stable for any s:
+    the reference rules below and the flex_attention path of :mod:`posbook.core` (which has only the lse) both use it.
+    """
+    return torch.sigmoid(lse - extra)
+
+
 def _softmax(logits: torch.Tensor, sink: torch.Tensor | None, sigmoid_bias: float | None) -> torch.Tensor:
     return _softmax_and_lse(logits)[0]
 
 
-def _with_extra_logit(logits: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
-    # An extra logit s in the denominator rescales every softmax weight by Σe/(Σe + e^s) = sigmoid(lse − s), so it
-    # needs no extra column (the "non-materialising" form), and it is stable for any s.
-    p, lse = _softmax_and_lse(logits)
-    return p * torch.sigmoid(lse - (extra.unsqueeze(-1) if extra.ndim else extra))
+def _zero_logit(rows: torch.Tensor, sink: torch.Tensor | None) -> torch.Tensor:
+    return torch.zeros((), dtype=rows.dtype, device=rows.device)
 
 
-def _softmax1(logits: torch.Tensor, sink: torch.Tensor | None, sigmoid_bias: float | None) -> torch.Tensor:
-    return _with_extra_logit(logits, torch.zeros((), dtype=logits.dtype, device=logits.device))
+def _sink_logit(rows: torch.Tensor, sink: torch.Tensor | None) -> torch.Tensor:
+    return sink.to(rows.dtype)
 
 
-def _sink(logits: torch.Tensor, sink: torch.Tensor | None, sigmoid_bias: float | None) -> torch.Tensor:
-    return _with_extra_logit(logits, sink)
+def _softmax_with(extra_logit: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]) -> Callable:
+    """The rule of a softmax with one more logit, ``extra_logit(logits, sink)``, in each row's denominator."""
+
+    def rule(logits: torch.Tensor, sink: torch.Tensor | None, sigmoid_bias: float | None) -> torch.Tensor:
+        p, lse = _softmax_and_lse(logits)
+        return p * extra_logit_rescale(lse, extra_logit(logits, sink)[..., None])
+
+    return rule
 
 
 def _sigmoid(logits: torch.Tensor, sink: torch.Tensor | None, sigmoid_bias: float | None) -> torch.Tensor:
@@ -111,17 +106,61 @@ def _sigmoid(logits: torch.Tensor, sink: torch.Tensor | None, sigmoid_bias: floa
     return torch.sigmoid(logits + b)  # sigmoid(−inf) = 0: hidden keys drop out on their own
 
 
-NORMALISERS = {"softmax": _softmax, "softmax1": _softmax1, "sink": _sink, "sigmoid": _sigmoid}
-"""The registry of the ways a row of logits becomes weights, name → rule ``(logits, sink, sigmoid_bias) -> weights``:
-``softmax``; ``softmax1`` (Miller 2023: a 1 added to the denominator, an implicit zero logit); ``sink`` (a learned
-logit per head in the denominator: GPT-OSS, DeepSeek-V4); ``sigmoid`` (each weight sigmoid(logit + b) on its own,
-Ramapuram et al. 2024). A new normaliser is one entry here.
+@dataclass(frozen=True)
+class Normaliser:
+    """One way a row of logits becomes weights: its rule, and what the fast paths of :mod:`posbook.core` need of it.
+
+    Attributes:
+        rule: ``(logits, sink, sigmoid_bias) -> weights`` on rows of raw logits (−inf hides a key; ``sink`` a tensor
+            broadcastable to ``logits.shape[:-1]``): the reference, run by :func:`normalise`, :func:`normalised` and
+            the reference attention path.
+        paths: the fast paths of :func:`posbook.core.attention` that implement it besides the reference: ``"sdpa"``
+            (a plain softmax) and ``"flex"`` (a softmax, rescaled by ``extra_logit``'s share). A path that is not
+            listed refuses the normaliser by name.
+        extra_logit: for a softmax with one more logit s in each row's denominator (softmax1: 0; sink: the learned
+            one), ``(rows, sink) -> s`` broadcastable to ``rows.shape`` (dtype and device of ``rows``); the flex path
+            rescales its softmax by :func:`extra_logit_rescale` of it. None for any other normaliser.
+        option: the argument only this normaliser reads (``"sink"``, ``"sigmoid_bias"``), or None; given with
+            another normaliser it is an error.
+        option_required: the option has no default and must be given.
+    """
+
+    rule: Callable[[torch.Tensor, torch.Tensor | None, float | None], torch.Tensor]
+    paths: tuple[str, ...] = ()
+    extra_logit: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] | None = None
+    option: str | None = None
+    option_required: bool = False
+
+    def __post_init__(self) -> None:
+        _checks.function("rule", self.rule)
+        if not isinstance(self.paths, tuple) or not set(self.paths) <= {"sdpa", "flex"}:
+            raise ValueError(f"paths must be a tuple of fast paths 'sdpa' and 'flex', got {self.paths!r}")
+        if self.extra_logit is not None:
+            _checks.function("extra_logit", self.extra_logit)
+        if self.option is not None:
+            _checks.text("option", self.option)
+        _checks.flag("option_required", self.option_required)
+
+
+NORMALISERS: dict[str, Normaliser] = {
+    "softmax": Normaliser(_softmax, paths=("sdpa", "flex")),
+    "softmax1": Normaliser(_softmax_with(_zero_logit), paths=("flex",), extra_logit=_zero_logit),
+    "sink": Normaliser(_softmax_with(_sink_logit), paths=("flex",), extra_logit=_sink_logit, option="sink",
+                       option_required=True),
+    "sigmoid": Normaliser(_sigmoid, option="sigmoid_bias"),
+}
+"""The registry of the ways a row of logits becomes weights, name → :class:`Normaliser`: ``softmax``; ``softmax1``
+(Miller 2023: a 1 added to the denominator, an implicit zero logit); ``sink`` (a learned logit per head in the
+denominator: GPT-OSS, DeepSeek-V4); ``sigmoid`` (each weight sigmoid(logit + b) on its own, Ramapuram et al. 2024).
+A new normaliser is one entry here: its rule, and the fast paths that implement it.
 
 :meta hide-value:
 """
 
 
-def _normalised(logits: torch.Tensor, normaliser: str, sink: torch.Tensor | None,
-                sigmoid_bias: float | None) -> torch.Tensor:
-    """:func:`normalise` without the argument checks (the reference attention path calls it too)."""
-    return NORMALISERS[normaliser](logits, sink, sigmoid_bias)
+def normalised(logits: torch.Tensor, normaliser: str, sink: torch.Tensor | None = None,
+               sigmoid_bias: float | None = None) -> torch.Tensor:
+    """:func:`normalise` unchecked: the rule of ``NORMALISERS[normaliser]`` on rows of logits, ``sink`` (for
+    ``"sink"``) a tensor broadcastable to ``logits.shape[:-1]``. The reference attention path and
+    :func:`posbook.diff_attention.differential_weights` call it on logits they checked or made."""
+    return NORMALISERS[normaliser].rule(logits, sink, sigmoid_bias)

@@ -17,15 +17,7 @@ from typing import Any
 import torch
 
 from . import _checks
-
-
-def _check_distances(distances: Any) -> None:
-    """A 1-D tensor of distances: integers, or finite reals."""
-    _checks.tensor("distances", distances, ndim=1)
-    if distances.is_floating_point():
-        _checks.finite("distances", distances)
-    elif distances.dtype == torch.bool or distances.is_complex():
-        raise TypeError(f"distances must hold integers or reals, got dtype {distances.dtype}")
+from .rope import LAYOUTS, plane_slices
 
 
 def rope_decay_bound(distances: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
@@ -42,15 +34,12 @@ def rope_decay_bound(distances: torch.Tensor, inv_freq: torch.Tensor) -> torch.T
     Returns:
         float64 tensor, one value per distance.
     """
-    _check_distances(distances)
+    _checks.positions("distances", distances, ndim=1)
     _checks.tensor("inv_freq", inv_freq, ndim=1, floating=True)
     _checks.finite("inv_freq", inv_freq)
     phase = distances.to(torch.float64)[:, None] * inv_freq.to(torch.float64)[None, :]
     partial_sums = torch.polar(torch.ones_like(phase), phase).cumsum(dim=-1)      # S_1 … S_{d/2}
     return partial_sums.abs().mean(dim=-1)
-
-
-_PLANE_LAYOUTS = ("half", "interleaved")
 
 
 def rope_plane_terms(q: torch.Tensor, k: torch.Tensor, *, layout: str = "half") -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,18 +67,15 @@ def rope_plane_terms(q: torch.Tensor, k: torch.Tensor, *, layout: str = "half") 
     _checks.finite("q", q)
     _checks.tensor("k", k, ndim_min=1, floating=True)
     _checks.finite("k", k)
-    _checks.choice("layout", layout, _PLANE_LAYOUTS)
+    _checks.choice("layout", layout, LAYOUTS)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must have the same last dimension (head_dim), got {tuple(q.shape)} and "
                          f"{tuple(k.shape)}")
     if q.shape[-1] % 2 or q.shape[-1] == 0:
         raise ValueError(f"q.shape[-1] (head_dim) must be even and > 0, got {q.shape[-1]}")
     q, k = q.to(torch.float64), k.to(torch.float64)
-    h = q.shape[-1] // 2
-    if layout == "half":
-        q1, q2, k1, k2 = q[..., :h], q[..., h:], k[..., :h], k[..., h:]
-    else:
-        q1, q2, k1, k2 = q[..., 0::2], q[..., 1::2], k[..., 0::2], k[..., 1::2]
+    first, second = plane_slices(layout, q.shape[-1])
+    q1, q2, k1, k2 = q[..., first], q[..., second], k[..., first], k[..., second]
     a = q1 * k1 + q2 * k2
     d = q1 * k2 - q2 * k1
     return torch.hypot(a, d), torch.atan2(d, a)
@@ -127,7 +113,7 @@ def cosine_sum(amplitude: torch.Tensor, phase: torch.Tensor, inv_freq: torch.Ten
         float64 tensor [..., len(distances)].
     """
     amplitude, phase, inv_freq = _check_terms(amplitude, phase, inv_freq)
-    _check_distances(distances)
+    _checks.positions("distances", distances, ndim=1)
     amplitude, phase = torch.broadcast_tensors(amplitude, phase)
     h = inv_freq.shape[0]
     lead = amplitude.shape[:-1]

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import torch
 
 from . import _checks
-from .scaling import ROPE_TYPES, _spectrum, rope_parameters, rope_spec
+from .scaling import ROPE_TYPES, default_inv_freq, rope_parameters, rope_spec
 
 
 def _spectrum_tensor(name: str, inv_freq: Any) -> torch.Tensor:
@@ -81,7 +81,7 @@ def frequency_ratio(config: Mapping[str, Any], seq_len: int | None = None, *,
     """
     spec = rope_spec(config, layer_type)
     scaled, _ = rope_parameters(config, seq_len, layer_type=layer_type, dtype=torch.float64)
-    reference = _spectrum(2 * scaled.numel(), spec.rope_theta)
+    reference = default_inv_freq(2 * scaled.numel(), spec.rope_theta, dtype=torch.float64)
     return scaled / reference
 
 

@@ -66,6 +66,12 @@ def softcap(logits: torch.Tensor, cap: float) -> torch.Tensor:
     ±cap (Gemma 2 uses 50). Element-wise: NaN entries stay NaN and ±inf map to ±cap."""
     _checks.tensor("logits", logits, floating=True)
     _checks.number("cap", cap, positive=True)
+    return softcapped(logits, cap)
+
+
+def softcapped(logits: torch.Tensor, cap: float) -> torch.Tensor:
+    """:func:`softcap` unchecked: cap·tanh(logits/cap), the one formula every attention path of :mod:`posbook.core`
+    applies to its logits (the reference on the logits, flex_attention in its score modification)."""
     return cap * torch.tanh(logits / cap)
 
 

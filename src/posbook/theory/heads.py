@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
-from ..core import attention
-from ..rope import LAYOUTS, apply_rope, rope_cos_sin
+from ..core import attend
+from ..rope import LAYOUTS, rope_cos_sin, rotate
 
 __all__ = ["peak_key", "positional_head_weights"]
 
@@ -50,7 +50,7 @@ def peak_key(q: torch.Tensor, inv_freq: torch.Tensor, delta: int, *, layout: str
     _checks.choice("layout", layout, LAYOUTS)
     cos, sin = rope_cos_sin(torch.tensor([delta], dtype=torch.float64), inv_freq.double(), layout=layout,
                            dtype=torch.float64)
-    return apply_rope(q.double().unsqueeze(-2), cos, sin, layout=layout).squeeze(-2).to(q.dtype)
+    return rotate(q.double().unsqueeze(-2), cos, sin, layout=layout).squeeze(-2).to(q.dtype)
 
 
 def positional_head_weights(q: torch.Tensor, inv_freq: torch.Tensor, delta: int, seq_len: int, *,
@@ -85,8 +85,8 @@ def positional_head_weights(q: torch.Tensor, inv_freq: torch.Tensor, delta: int,
     k64 = peak_key(q64, inv_freq, delta, layout=layout)
     cos, sin = rope_cos_sin(torch.arange(seq_len, dtype=torch.float64), inv_freq.double(), layout=layout,
                            dtype=torch.float64)
-    qs = apply_rope(q64.expand(seq_len, -1), cos, sin, layout=layout)[None, None]
-    ks = apply_rope(k64.expand(seq_len, -1), cos, sin, layout=layout)[None, None]
+    qs = rotate(q64.expand(seq_len, -1), cos, sin, layout=layout)[None, None]
+    ks = rotate(k64.expand(seq_len, -1), cos, sin, layout=layout)[None, None]
     v = torch.zeros(1, 1, seq_len, 1, dtype=torch.float64)
-    _, weights = attention(qs, ks, v, scale=1.0, causal=True, return_weights=True, impl="reference")
+    _, weights = attend(qs, ks, v, scale=1.0, causal=True, impl="reference")
     return weights[0, 0]

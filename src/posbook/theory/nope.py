@@ -11,12 +11,13 @@ hidden dimensions (code indices 0, 1, 2) are the construction's: a constant 1, a
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from .. import _checks
-from ..core import attention
+from ..core import attend
 
 ONE, BOS_FLAG, POSITION = 0, 1, 2
 """The three hidden dimensions the constructions use (indices 0, 1, 2). Dimension ONE holds the constant 1,
@@ -86,8 +87,8 @@ def attention_block(hidden: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, 
     """One NoPE attention head on one sequence: W_O · attention(W_Q h, W_K h, W_V h), no position anywhere.
 
     ``hidden`` is ``[T, d_model]`` (T ≥ 1); the result (the head's contribution to the residual stream) is too.
-    Scores are scaled by 1/√head_dim as usual and normalised by softmax (:func:`posbook.core.attention`, reference
-    path). With ``return_weights`` the ``[T, T]`` attention weights come back as well. Hidden states and weights
+    Scores are scaled by 1/√head_dim as usual and normalised by softmax (the reference path of
+    :func:`posbook.core.attend`). With ``return_weights`` the ``[T, T]`` attention weights come back as well. Hidden states and weights
     must be finite and share one dtype.
     """
     _hidden(hidden)
@@ -104,11 +105,10 @@ def attention_block(hidden: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, 
     _checks.flag("causal", causal)
     _checks.flag("return_weights", return_weights)
     q, k, v = (hidden @ w.T for w in (w_q, w_k, w_v))
-    res = attention(q[None, None], k[None, None], v[None, None], causal=causal, return_weights=return_weights,
-                    impl="reference")
-    out, weights = res if return_weights else (res, None)
+    out, weights = attend(q[None, None], k[None, None], v[None, None], scale=1 / math.sqrt(q.shape[-1]),
+                          causal=causal, impl="reference")
     out = out[0, 0] @ w_o.T
-    return (out, weights[0, 0]) if return_weights else out
+    return (out, weights[0, 0].to(hidden.dtype)) if return_weights else out
 
 
 def reciprocal_mlp(positions: torch.Tensor, *, d_model: int, read: int = POSITION, write: int = POSITION,
@@ -125,9 +125,7 @@ def reciprocal_mlp(positions: torch.Tensor, *, d_model: int, read: int = POSITIO
     ``positions``: strictly increasing integers ≥ 1 (1-D tensor), at least two of them.
     Returns a dict with ``w1 [units, d_model]``, ``b1 [units]``, ``w2 [d_model, units]``, ``b2 [d_model]``.
     """
-    _checks.tensor("positions", positions, ndim=1)
-    if positions.is_floating_point() or positions.dtype == torch.bool or positions.is_complex():
-        raise TypeError(f"positions must hold integers, got dtype {positions.dtype}")
+    _checks.positions("positions", positions, ndim=1, integer=True)
     if positions.numel() < 2:
         raise ValueError(f"positions must hold at least two positions, got {positions.tolist()}")
     if bool((positions < 1).any()) or bool((positions[1:] <= positions[:-1]).any()):
