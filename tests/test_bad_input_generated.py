@@ -43,3 +43,13 @@ def test_bad_input_gets_a_clear_error(module):
     print(f"{module}: {dict(counts)}")
     assert not failing, f"{len(failing)} of {len(outcomes)} inputs:\n" + "\n".join(failing)
     assert not vague, f"{len(vague)} errors that do not name the argument:\n" + "\n".join(vague)
+
+
+def test_the_unchecked_layer_says_so():
+    """A public callable left out of the probes is one of the unchecked layer: it is public, its docstring says it
+    is unchecked, and the harness names the checked caller that stands before it."""
+    public = bad_input.public_callables()
+    for name, caller in bad_input.UNCHECKED.items():
+        assert name in public, f"{name} is listed as unchecked but is not public"
+        assert "unchecked" in (public[name].__doc__ or ""), f"{name}'s docstring does not say it is unchecked"
+        assert caller, name

@@ -1,11 +1,13 @@
 """The experiments command line, ``python -m posbook.experiments``, as a user meets it: the commands it suggests
-are ones it accepts, every option says what it does in plain words, a run that saves nothing says so, a sweep can
-record outside the installed package, show's tables fit a terminal, a closed pipe ends quietly, and a damaged
-checkpoint gets one line that says so."""
+are ones it accepts, every option says what it does in plain words, train has an option for every field of a run
+and a bad value gets one line that names its option, a run that saves nothing says so, a sweep can record outside
+the installed package, show's tables fit a terminal, a closed pipe ends quietly, and a damaged checkpoint gets one
+line that says so."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -18,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from posbook.experiments import TrainConfig, load_model, sweep, train
-from posbook.experiments.__main__ import TABLE_WIDTH, main, parser
+from posbook.experiments import TrainConfig, grids, load_model, store, train
+from posbook.experiments.__main__ import OPTION_NAMES, TABLE_WIDTH, main, option_name, parser
 
 TINY = dict(n_layer=2, n_embd=32, n_head=4, pattern="RN")
 TINY_TRAIN = ["train", "--task", "copy", "--preset", "cpu", "--pattern", "RN", "--n-layer", "2", "--n-embd", "32",
@@ -57,8 +59,8 @@ def _suggested(message: str) -> list[str]:
 # 1. Every command the command line suggests is one it accepts.
 
 def test_show_suggests_the_sweep_that_records_a_grid_at_any_scale(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sweep, "RECORDS", tmp_path)       # no grid recorded: show suggests a sweep for each
-    for grid in sweep.GRIDS:
+    monkeypatch.setattr(store, "RECORDS", tmp_path)       # no grid recorded: show suggests a sweep for each
+    for grid in grids.GRIDS:
         status, _, err = _run(["show", grid], capsys)
         assert status == 2 and len(err) == 1 and f"grid {grid!r} has no record" in err[0], err
         argv = _suggested(err[0])
@@ -73,12 +75,11 @@ def test_show_suggests_the_sweep_that_records_a_grid_at_any_scale(tmp_path, monk
 
 
 def test_the_library_suggests_sweeps_the_command_line_accepts(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sweep, "RECORDS", tmp_path)
-    runs = sweep.GRIDS["extrapolation.colab"]()
+    monkeypatch.setattr(store, "RECORDS", tmp_path)
     with pytest.raises(ValueError, match="no weights at") as missing:
-        sweep.load_weights("extrapolation.colab", "RoPE/0")
+        store.load_weights("extrapolation.colab", "RoPE/0")
     with pytest.raises(ValueError, match="no record for its current configuration") as unrecorded:
-        sweep.reproduce_prefix("extrapolation.colab", runs, "RoPE/0", steps=1)
+        store.reproduce_prefix("extrapolation.colab", "RoPE/0", steps=1)
     for error in (missing, unrecorded):
         argv = _suggested(str(error.value))
         assert argv == ["sweep", "extrapolation", "--preset", "colab", "--out", str(tmp_path)]
@@ -106,6 +107,87 @@ def test_every_option_of_every_command_has_plain_help(capsys):
         assert "``" not in out and not re.search(r":(func|class|meth|mod|attr|data):", out), out
 
 
+# 2b. train has an option for every field of a run, read by the field's type; a bad value names its option.
+
+# The options train had before they were generated from TrainConfig: every one of them still works.
+FORMER_TRAIN_OPTIONS = ["--task", "--preset", "--pattern", "--absolute-positions", "--qk-norm", "--logit-scaling",
+                        "--sinks", "--n-layer", "--n-embd", "--n-head", "--n-kv-head", "--window", "--chunk-size",
+                        "--rope-theta", "--rope-fraction", "--softcap", "--steps", "--batch-size", "--seq-len",
+                        "--train-max-size", "--lr", "--warmup", "--eval-every", "--eval-batches", "--corpus-bytes",
+                        "--curriculum-steps", "--checkpoint-every", "--seed", "--eval-sizes", "--eval-seq-lens",
+                        "--out", "--resume", "--progress", "--no-progress"]
+
+
+def _train_options() -> dict[str, argparse.Action]:
+    return {flag: action for action in _parsers()["train"]._actions for flag in action.option_strings}
+
+
+def test_train_has_an_option_for_every_field_of_a_run_and_keeps_its_former_ones():
+    options = _train_options()
+    for field in dataclasses.fields(TrainConfig):
+        if field.name == "model":           # set through the GPTConfig options (--pattern, --n-layer, ...)
+            continue
+        action = options[option_name(field.name)]
+        assert action.dest == field.name and field.metadata["help"].split(" (default")[0] in action.help
+    assert option_name("out_dir") == "--out" == OPTION_NAMES["out_dir"][0] and options["--out-dir"] is options["--out"]
+    assert set(FORMER_TRAIN_OPTIONS) <= set(options)
+
+
+def test_every_field_given_on_the_command_line_reaches_the_run():
+    from posbook.experiments.__main__ import _train_config
+    argv = ["train", "--task", "text", "--preset", "cpu", "--seq-len", "16", "--eval-seq-lens", "16,32",
+            "--eval-stride", "8", "--eval-position-bin", "4", "--init-from", "extrapolation:RoPE/0", "--device", "cpu",
+            "--out-dir", "somewhere", "--stop-after", "3", "--weight-decay", "0.05", "--grad-clip", "0.5", "--seed",
+            "0", "--no-progress", "--sinks", "--rope-theta", "500"]
+    run = _train_config(parser().parse_args(argv))
+    assert (run.eval_seq_lens, run.eval_stride, run.eval_position_bin, run.init_from, run.device, run.out_dir,
+            run.stop_after, run.weight_decay, run.grad_clip, run.progress) == (
+        [16, 32], 8, 4, "extrapolation:RoPE/0", "cpu", "somewhere", 3, 0.05, 0.5, False)
+    assert run.model["sinks"] is True and run.model["rope_theta"] == 500.0
+    # An option left out keeps the field's default: the preset's value, or the field's own.
+    left_out = _train_config(parser().parse_args(["train"]))
+    assert left_out == TrainConfig(model=dict(pattern="R", absolute_positions="none", qk_norm="none",
+                                              logit_scaling="none"))
+
+
+@pytest.mark.parametrize("options, words", [
+    (["--steps", "x"], "argument --steps: expected an integer such as 100, got 'x'"),
+    (["--lr", "fast"], "argument --lr: expected a number such as 0.001, got 'fast'"),
+    (["--eval-seq-lens", "16,x"], "argument --eval-seq-lens: expected comma-separated integers"),
+    (["--task", "sorting"], "argument --task: invalid choice: 'sorting'"),
+    (["--steps", "0"], "argument --steps: steps must be >= 1, got 0"),
+    (["--eval-stride", "0"], "argument --eval-stride: eval_stride must be >= 1, got 0"),
+    (["--eval-stride", "512", "--task", "text"], "argument --eval-stride: eval_stride=512 must be at most"),
+    (["--weight-decay", "-1"], "argument --weight-decay: weight_decay must be >= 0, got -1.0"),
+    (["--grad-clip", "nan"], "argument --grad-clip: grad_clip must be finite, got nan"),
+    (["--init-from", "RoPE/0"], "argument --init-from: init_from must be 'grid:label'"),
+    (["--init-from", "nowhere:RoPE/0", "--steps", "0"], "argument --init-from: init_from grid must be one of"),
+    # --out: this error comes as the model is built, after the note that a run without --out saves nothing.
+    (["--init-from", "extrapolation:RoPE/0", "--steps", "0", "--out", "run"],
+     "argument --init-from: init_from='extrapolation:RoPE/0': initial_weights do not fit"),
+    (["--device", "tpu"], "argument --device: device must name a torch device"),
+    (["--resume"], "argument --resume: resume=True needs out_dir"),
+    (["--n-head", "3"], "argument --n-embd: n_embd=32 must be a multiple of n_head=3"),
+])
+def test_a_bad_train_option_is_one_line_that_names_it(options, words, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    status, out, err = _run(["train", "--task", "copy", "--preset", "cpu", "--pattern", "RN", "--n-layer", "2",
+                             "--n-embd", "32", "--no-progress", *options], capsys)
+    assert status == 2 and len(err) == 1 and words in err[0] and out == "", err
+
+
+def test_train_from_a_recorded_run_s_weights_reads_them_from_the_store(tiny_grids, tmp_path, capsys):
+    """``--init-from grid:label`` starts from the weights a sweep wrote: read without a step, they give the
+    accuracies recorded for them."""
+    assert _run(["sweep", "tiny"], capsys)[0] == 0          # into RECORDS (tmp_path / "default")
+    record = store.load_record("tiny")["copy/RoPE"]["final"]
+    argv = [*TINY_TRAIN, "--steps", "0", "--warmup", "0", "--eval-every", "1", "--eval-sizes", "2,4",
+            "--init-from", "tiny:copy/RoPE", "--out", str(tmp_path / "read")]
+    status, out, err = _run(argv, capsys)
+    assert status == 0 and err == [], err
+    assert json.loads(out)["final"]["accuracy_by_size"] == record["accuracy_by_size"]
+
+
 # 3. A run that saves nothing says so before it trains.
 
 def test_train_without_out_says_before_training_that_nothing_is_saved(tmp_path, monkeypatch, capsys):
@@ -130,10 +212,10 @@ def tiny_grids(tmp_path, monkeypatch):
     pointed at an empty folder, which must stay empty when the sweeps write elsewhere."""
     runs = {"copy/RoPE": tiny(), "copy/NoPE": tiny(model=dict(TINY, pattern="N"))}
     stretched = {"copy/RoPE/read": tiny(steps=0, warmup=0, eval_every=1, init_from="tiny:copy/RoPE")}
-    monkeypatch.setattr(sweep, "RECORDS", tmp_path / "default")
-    monkeypatch.setitem(sweep.GRIDS, "tiny", lambda: runs)
-    monkeypatch.setitem(sweep.GRIDS, "tiny_from", lambda: stretched)
-    monkeypatch.setitem(sweep.GRID_WEIGHTS, "tiny", {"copy/RoPE"})
+    monkeypatch.setattr(store, "RECORDS", tmp_path / "default")
+    monkeypatch.setitem(grids.GRIDS, "tiny", lambda: runs)
+    monkeypatch.setitem(grids.GRIDS, "tiny_from", lambda: stretched)
+    monkeypatch.setitem(grids.GRID_WEIGHTS, "tiny", {"copy/RoPE"})
     return runs
 
 
@@ -143,10 +225,10 @@ def test_sweep_out_writes_the_record_and_weights_into_a_folder_of_ones_own(tiny_
     assert status == 0 and err == ["tiny: training 2 of 2 runs with 1 job(s)"]
     assert out.strip() == str(mine / "tiny.json")
     record = json.loads((mine / "tiny.json").read_text())["runs"]
-    assert list(record) == list(tiny_grids) and all(record[label]["id"] == sweep.run_id(run)
+    assert list(record) == list(tiny_grids) and all(record[label]["id"] == store.run_id(run)
                                                     for label, run in tiny_grids.items())
     assert (mine / "weights" / "tiny" / "copy__RoPE.pt").is_file()
-    assert not (tmp_path / "default").exists() and not (sweep.SHIPPED_RECORDS / "tiny.json").exists()
+    assert not (tmp_path / "default").exists() and not (store.SHIPPED_RECORDS / "tiny.json").exists()
     # What is recorded there is not trained again, and show reads it from there.
     status, out, _ = _run(["sweep", "tiny", "--out", str(mine), "--list"], capsys)
     assert status == 0 and [line.split()[-1] for line in out.splitlines()] == ["recorded", "recorded"]
@@ -166,9 +248,9 @@ def test_sweep_out_refuses_a_file_and_says_where_records_go_by_default(tiny_grid
     status, _, err = _run(["sweep", "tiny", "--out", str(tmp_path / "file")], capsys)
     assert status == 2 and len(err) == 1 and "argument --out: expected a folder, got the file" in err[0], err
     status, out, _ = _run(["sweep", "--help"], capsys)
-    assert status == 0 and str(sweep.SHIPPED_RECORDS) in " ".join(out.split()).replace("- ", "-")
+    assert status == 0 and str(store.SHIPPED_RECORDS) in " ".join(out.split()).replace("- ", "-")
     with pytest.raises(ValueError, match="records .* is a file"):
-        sweep.run_grid("tiny", tiny_grids, save=True, records=tmp_path / "file")
+        store.run_grid("tiny", save=True, records=tmp_path / "file")
 
 
 # 5. show's tables fit in TABLE_WIDTH columns, sizes in numeric order, and hold the record's numbers.
@@ -204,7 +286,7 @@ def _check_tables(out: str, record: dict) -> None:
     assert max(map(len, lines)) <= TABLE_WIDTH, max(lines, key=len)
     assert lines[0].split()[0] == "label"
     tables, order = _read_tables(lines, list(record))
-    flat = {label: sweep.flat_metrics(entry["final"]) for label, entry in record.items()}
+    flat = {label: store.flat_metrics(entry["final"]) for label, entry in record.items()}
     families = list(dict.fromkeys(["", *(key.rpartition("/")[0] for metrics in flat.values() for key in metrics)]))
     assert list(order) == [family for family in families if family or family in order]
     for family, columns in order.items():
@@ -217,14 +299,14 @@ def _check_tables(out: str, record: dict) -> None:
             assert set(columns) >= set(expected) and tables[family][label] == pytest.approx(expected, abs=5.1e-5)
 
 
-@pytest.mark.parametrize("grid", sorted(sweep.GRIDS))
+@pytest.mark.parametrize("grid", sorted(grids.GRIDS))
 def test_show_fits_every_grid_in_100_columns_with_sizes_in_numeric_order(grid, tmp_path, capsys):
     records = None
-    if not sweep.record_path(grid).exists():     # a GPU-scale record that does not ship: its CPU twin's numbers
+    if not store.record_path(grid).exists():     # a GPU-scale record that does not ship: its CPU twin's numbers
         records = tmp_path
-        twin = json.loads(sweep.record_path(grid.partition(".")[0]).read_text())
+        twin = json.loads(store.record_path(grid.partition(".")[0]).read_text())
         (tmp_path / f"{grid}.json").write_text(json.dumps({**twin, "grid": grid}))
-    record = sweep.load_record(grid, records)
+    record = store.load_record(grid, records)
     status, out, _ = _run(["show", grid, *(["--records", str(records)] if records else [])], capsys)
     assert status == 0
     _check_tables(out, record)
@@ -236,7 +318,7 @@ def test_show_pages_a_wide_grid_with_long_labels(tmp_path, monkeypatch, capsys):
         "train_loss": 12.5 + seed, "accuracy_by_size": {size: int(size) / 1000 for size in sizes}}}
         for seed in range(3)}
     record["only a loss/0"] = {"final": {"train_loss": 0.25}}
-    monkeypatch.setitem(sweep.GRIDS, "wide", dict)
+    monkeypatch.setitem(grids.GRIDS, "wide", dict)
     (tmp_path / "wide.json").write_text(json.dumps({"grid": "wide", "runs": record}))
     status, out, _ = _run(["show", "wide", "--records", str(tmp_path)], capsys)
     assert status == 0 and "accuracy_by_size (continued):" in out

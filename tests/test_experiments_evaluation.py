@@ -1,16 +1,18 @@
-"""posbook.experiments.trainer's text evaluation: loss by position over non-overlapping windows, the sliding-window
-protocol, and stopping a run early on its own schedule."""
+"""posbook.experiments.evaluation: bits per byte beyond the training length, loss by position over non-overlapping
+windows, the sliding-window protocol, and stopping a run early on its own schedule."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from posbook.experiments import GPT, GPTConfig, TrainConfig, train
-from posbook.experiments.trainer import position_losses, sliding_window_bpb
+from posbook.experiments.corpus import load_corpus
+from posbook.experiments.evaluation import position_losses, sliding_window_bpb, text_by_position
 
 TINY = dict(n_layer=2, n_embd=32, n_head=4, max_seq_len=64)
 
@@ -95,8 +97,6 @@ def test_stop_after_trains_a_prefix_of_the_same_schedule():
 
 
 def test_dynamic_ntk_is_scored_at_each_length_not_as_a_prefix():
-    from posbook.experiments.trainer import text_by_position
-    from posbook.experiments.corpus import load_corpus
     torch.manual_seed(0)
     dynamic = {"rope_theta": 1e4, "head_dim": 8, "max_position_embeddings": 16,
                "rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}
@@ -116,3 +116,13 @@ def test_dynamic_ntk_is_scored_at_each_length_not_as_a_prefix():
                                    position_losses(model.with_rope(None).eval(), val, 16, **windows), rtol=0, atol=0)
     # A 64-byte window rotates with another spectrum than a 32-byte one: its first 32 positions score differently.
     assert (at_64[:, :32] - at_32).abs().max() > 1e-5
+
+
+def test_text_runs_report_bits_per_byte_at_longer_lengths():
+    run = TrainConfig(task="text", preset="cpu", model=dict(TINY, pattern="RN"), steps=2, batch_size=2, seq_len=16,
+                      eval_every=2, eval_batches=1, corpus_bytes=200_000, eval_seq_lens=[16, 64])
+    final = train(run)["final"]
+    assert set(final["val_bpb_by_len"]) == {"16", "64"}
+    assert final["val_bpb_by_len"]["16"] == final["val_bpb"]
+    with pytest.raises(ValueError, match="eval_seq_lens"):
+        replace(run, eval_seq_lens=[0]).resolved()

@@ -238,6 +238,39 @@ def test_per_layer_rope_dicts_and_dynamic_ntk():
     # At 40 tokens its spectrum is the NTK base change for the scale 4·40/16 − 3 = 7.
     ntk = model.with_rope([None, _rope_dict({"rope_type": "ntk", "factor": 7.0})]).double()
     torch.testing.assert_close(stretched(long), ntk(long), rtol=0, atol=1e-6)
+    # The tables of a length are built once and reused: a second call at 40 tokens gives the same tensors.
+    layer = stretched.blocks[1].attn
+    assert layer._dynamic_tables(40, long.device)[0] is layer._dynamic_tables(40, long.device)[0]
+    torch.testing.assert_close(stretched(long), ntk(long), rtol=0, atol=1e-6)
+
+
+def test_flops_per_token_charges_each_layer_its_own_keys():
+    """6·(non-embedding parameters) plus, per layer, 6·keys·(score width + value width), counted by hand."""
+    config = dict(n_layer=4, n_embd=32, n_head=4, window=8, chunk_size=8, max_seq_len=64)
+    width = 4 * 8
+    for pattern, keys_nanochat, keys_mask in (
+        ("RRRR", [64] * 4, [65 / 2] * 4),
+        # sliding 8 at T = 64: queries 0..7 see 1..8 keys, the other 56 see 8
+        ("SSSR", [8, 8, 8, 64], [(36 + 56 * 8) / 64] * 3 + [65 / 2]),
+        # chunks of 8: each chunk's queries see 1..8 keys, 36 per chunk, 8 chunks
+        ("CCCN", [8, 8, 8, 64], [36 * 8 / 64] * 3 + [65 / 2]),
+        ("SCNR", [8, 8, 64, 64], [(36 + 56 * 8) / 64, 36 * 8 / 64, 65 / 2, 65 / 2]),
+    ):
+        model = GPT(GPTConfig(pattern=pattern, **config))
+        dense = sum(p.numel() for name, p in model.named_parameters() if "embed" not in name)
+        for count, keys in (("nanochat", keys_nanochat), ("mask", keys_mask)):
+            expected = 6 * dense + sum(6 * k * 2 * width for k in keys)
+            assert model.flops_per_token(64, count=count) == pytest.approx(expected, rel=1e-12), (pattern, count)
+    # A differential layer's two maps of half the heads weigh values twice as wide: 6·keys·(width + 2·width).
+    model = GPT(GPTConfig(pattern="DR", n_layer=2, n_embd=32, n_head=4, max_seq_len=64))
+    dense = sum(p.numel() for name, p in model.named_parameters() if "embed" not in name)
+    assert model.flops_per_token(64) == pytest.approx(6 * dense + 6 * 64 * 3 * width + 6 * 64 * 2 * width)
+    # A window at least as long as the sequence costs what a global layer does.
+    wide = GPT(GPTConfig(pattern="SR", n_layer=2, n_embd=32, n_head=4, window=64, max_seq_len=64))
+    assert wide.flops_per_token(64, "mask") == pytest.approx(
+        GPT(GPTConfig(pattern="RR", n_layer=2, n_embd=32, n_head=4, max_seq_len=64)).flops_per_token(64, "mask"))
+    with pytest.raises(ValueError, match="count"):
+        model.flops_per_token(64, count="causal")
 
 
 def test_bad_rope_overrides_are_named():
@@ -254,7 +287,7 @@ def test_bad_rope_overrides_are_named():
 
 
 def test_a_checkpoint_reloads_with_another_rope(tmp_path):
-    from posbook.experiments.trainer import load_model
+    from posbook.experiments.checkpoints import load_model
     torch.manual_seed(0)
     model = GPT(GPTConfig(pattern="RN", **TINY))
     path = tmp_path / "weights.pt"

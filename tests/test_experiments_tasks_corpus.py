@@ -7,7 +7,7 @@ import torch
 
 from posbook.experiments import corpus as corpus_lib
 from posbook.experiments import tasks as tasks_lib
-from posbook.experiments.trainer import TrainConfig
+from posbook.experiments.config import TrainConfig
 
 
 def test_tasks_have_the_right_answers():

@@ -1,5 +1,6 @@
 """posbook.experiments.trainer and the command line: training, provenance, exact resume after SIGKILL, two-process
-DDP, presets, and one-line errors for checkpoints, folders and devices it cannot use."""
+DDP, the curriculum, the weights a run starts from, and one-line errors for checkpoints, folders and devices it
+cannot use."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import time
 import pytest
 import torch
 
-from posbook.experiments import TrainConfig, train
-from posbook.experiments.trainer import PRESETS
+from posbook.experiments import GPT, TrainConfig, train
+from posbook.experiments.config import gpt_config
+from posbook.experiments.trainer import largest_train_size
 
 TINY = dict(n_layer=2, n_embd=32, n_head=4, window=4, chunk_size=4, max_seq_len=48)
 
@@ -119,16 +121,32 @@ def test_a_short_copy_run_learns_to_copy(tmp_path):
     assert min(accuracy.values()) >= 0.8, accuracy
 
 
-def test_cpu_preset_sets_each_task_apart_from_text():
-    text, copy = TrainConfig(task="text", preset="cpu").resolved(), TrainConfig(task="copy", preset="cpu").resolved()
-    assert text.steps == PRESETS["cpu"]["steps"] and text.model["n_embd"] == 128
-    assert copy.steps == PRESETS["cpu"]["tasks"]["copy"]["steps"]
-    assert copy.eval_sizes[:2 * copy.train_max_size] == list(range(1, 2 * copy.train_max_size + 1))
-    addition = TrainConfig(task="addition", preset="cpu").resolved()     # the task entry may set L as well
-    assert addition.train_max_size == 2 and addition.eval_sizes == [1, 2, 3, 4, 6, 8]
-    assert TrainConfig(task="addition", preset="cpu", train_max_size=8).resolved().train_max_size == 8
-    mine = TrainConfig(task="copy", preset="cpu", steps=7, model=dict(n_embd=32)).resolved()
-    assert mine.steps == 7 and mine.model["n_embd"] == 32 and mine.model["n_layer"] == copy.model["n_layer"]
+def test_curriculum_grows_the_largest_size_linearly():
+    run = tiny_run(None, out_dir=None, train_max_size=8, curriculum_steps=70, steps=100).resolved()
+    sizes = [largest_train_size(run, step) for step in range(100)]
+    assert sizes[0] == 1 and sizes[69] == 7 and sizes[70:] == [8] * 30
+    assert all(b - a in (0, 1) for a, b in zip(sizes, sizes[1:]))
+    no_curriculum = tiny_run(None, out_dir=None, train_max_size=8).resolved()
+    assert largest_train_size(no_curriculum, 0) == 8      # no curriculum: L from step 0
+    with pytest.raises(ValueError, match="curriculum_steps"):
+        tiny_run(None, out_dir=None, curriculum_steps=-1).resolved()
+
+
+def test_a_run_from_recorded_weights_is_handed_them_and_says_where_they_came_from(tmp_path):
+    """The loop reads no record: a run with init_from needs the weights given (the store reads them), and weights
+    given to a run without init_from are refused, for its results would not say where it started."""
+    run = tiny_run(tmp_path, steps=0, warmup=0, eval_every=1, init_from="extrapolation:RoPE/0")
+    with pytest.raises(ValueError, match="run.init_from='extrapolation:RoPE/0' but initial_weights is None"):
+        train(run)
+    torch.manual_seed(0)
+    weights = GPT(gpt_config(run)).state_dict()
+    with pytest.raises(ValueError, match="initial_weights given but run.init_from is None"):
+        train(tiny_run(tmp_path, steps=1), weights)
+    with pytest.raises(ValueError, match="initial_weights do not fit the model of this run"):
+        train(run, {"nothing": torch.zeros(1)})
+    with pytest.raises(TypeError, match="initial_weights must be a dict"):
+        train(run, [1])
+    assert set(train(run, weights)["final"]["accuracy_by_size"]) == {"4", "8"}
 
 
 def _one_line_failure(capsys, argv, words):

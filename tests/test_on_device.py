@@ -14,7 +14,8 @@ import posbook as pb
 from posbook.device import TrainingPrecision, training_precision
 from posbook.experiments import trainer
 from posbook.experiments.model import GPT, GPTConfig
-from posbook.experiments.trainer import TrainConfig, train
+from posbook.experiments.config import TrainConfig
+from posbook.experiments.trainer import train
 from test_experiments_model import assert_compiled_equals_eager
 
 # float32 on the device against float64 on the CPU: SDPA, flex_attention and cuBLAS sum in other orders.

@@ -213,7 +213,8 @@ def step_throughput(ctx: dict) -> dict:
 
     from posbook.device import training_precision
     from posbook.experiments.model import GPT, GPTConfig
-    from posbook.experiments.trainer import PRESETS, _peak_flops
+    from posbook.experiments.config import PRESETS
+    from posbook.experiments.trainer import _peak_flops
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from model_throughput import PlainGPT, tokens_per_s
 
@@ -257,20 +258,25 @@ def step_throughput(ctx: dict) -> dict:
 def step_records(ctx: dict) -> dict:
     """Train the GPU-scale grids (the dry run: shrunk copies, into a scratch records folder) and copy the records
     to OUT."""
-    from posbook.experiments import sweep
+    from posbook.experiments import grids, store
     deadline = time.monotonic() + ctx["budget"] * RECORDS_SHARE
     out = {}
+    if ctx["dry_run"]:
+        # Shrunk copies stand in for the grids, in this process (the records go to a scratch folder): the store reads
+        # a grid's runs by name, and checks the weights a stretched run starts from against them. Every copy is cut
+        # from the real grids before any stands in, for a stretched grid is built from the runs of its source grid.
+        shrunk = {grid: {label: _shrunk(grids.runs(grid)[label]) for label in DRY_LABELS[grid]} for grid in GPU_GRIDS}
+        for grid, runs in shrunk.items():
+            grids.GRIDS[grid] = lambda runs=runs: runs
     for grid in GPU_GRIDS:
-        runs = sweep.GRIDS[grid]()
-        if ctx["dry_run"]:
-            runs = {label: _shrunk(runs[label]) for label in DRY_LABELS[grid]}
+        runs = grids.runs(grid)
         start = time.perf_counter()
-        done = sweep.run_grid(grid, runs, save=True, deadline=deadline)
+        done = store.run_grid(grid, save=True, deadline=deadline)
         out[grid] = {"runs": len(runs), "recorded": len(done), "seconds": time.perf_counter() - start,
                      "final": {label: entry["final"].get("val_bpb_by_len") or entry["final"].get("val_bpb")
                                for label, entry in done.items()}}
         ctx["log"](f"{grid}: {len(done)} of {len(runs)} runs recorded in {out[grid]['seconds']:.0f} s")
-        path = sweep.record_path(grid)
+        path = store.record_path(grid)
         if path.exists():
             (ctx["out"] / path.name).write_bytes(path.read_bytes())
     missing = {grid: entry["runs"] - entry["recorded"] for grid, entry in out.items() if entry["recorded"] < entry["runs"]}
@@ -286,8 +292,8 @@ def step_start_notebooks(ctx: dict) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="posbook-nb-"))
     if ctx["dry_run"]:
         stub = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-            "import posbook as pb\nfrom posbook.experiments import sweep\n"
-            "print(pb.default_device(), len(sweep.load_record('extrapolation')))")])
+            "import posbook as pb\nfrom posbook.experiments import store\n"
+            "print(pb.default_device(), len(store.load_record('extrapolation')))")])
         nbformat.write(stub, folder / "stub.source.ipynb")
         sources = {"stub": folder / "stub.source.ipynb"}
     else:
@@ -401,11 +407,11 @@ def run(out: Path, *, dry_run: bool, budget: float, wheels: Path | None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
     import torch
 
-    from posbook.experiments import sweep
+    from posbook.experiments import store
     if dry_run:
         device = torch.device("cpu")
         os.environ["POSBOOK_DEVICE"] = "cpu"
-        sweep.RECORDS = Path(tempfile.mkdtemp(prefix="posbook-records-"))   # never the package's own records
+        store.RECORDS = Path(tempfile.mkdtemp(prefix="posbook-records-"))   # never the package's own records
     else:
         if not torch.cuda.is_available():
             raise SystemExit("no CUDA device here: run on a GPU machine, or add --dry-run")

@@ -7,19 +7,29 @@ command and training uses DistributedDataParallel.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
+import re
 import sys
+import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from .._cli import positive_int, quiet_on_closed_pipe, sweep_command
 from ..device import default_device
+from .checkpoints import load_model
+from .config import FIELD_GROUPS, PRESETS, TASK_NAMES, TrainConfig, gpt_config
+from .evaluation import evaluate
+from .grids import GRID_PRESETS, GRIDS, grid_name
+from .grids import runs as grid_runs
 from .model import ABSOLUTE_POSITIONS, LAYER_CODES, LOGIT_SCALINGS, QK_NORM_MODES, GPTConfig
-from .sweep import (GRID_PRESETS, GRIDS, SHIPPED_RECORDS, flat_metrics, grid_name, load_record, record_path,
-                    run_grid, stale_labels)
-from .trainer import PRESETS, TASK_NAMES, TrainConfig, evaluate, gpt_config, load_model, train
+from .store import (SHIPPED_RECORDS, flat_metrics, initial_weights, load_record, record_path, run_grid,
+                    stale_labels)
+from .trainer import train
 
 # Help texts are read in a terminal: plain words, no reST markup (the module docstring above is for the API page).
 _DESCRIPTION = "Train and evaluate the experiment chapters' small models, and train and read their recorded grids."
@@ -73,39 +83,88 @@ MODEL_OPTIONS: dict[str, tuple[type, str]] = {
                                f"partial RoPE (code H) (default: {_model_default('rope_fraction')})"),
     "--softcap": (float, "cap the attention logits smoothly at this value, as Gemma 2 does (default: no cap)"),
 }
-# The schedule options of train: flag -> (type, help); the preset (and its entry for the task) sets all but the last
-# three.
-SCHEDULE_OPTIONS: dict[str, tuple[type, str]] = {
-    "--steps": (int, "training steps"),
-    "--batch-size": (int, "sequences per step, summed over all processes"),
-    "--seq-len": (int, "text: bytes per training sequence"),
-    "--train-max-size": (int, "tasks: train on problem sizes 1 to this size"),
-    "--lr": (float, "peak learning rate, after warmup; it decays to a tenth along a cosine"),
-    "--warmup": (int, "steps of linear learning-rate warmup"),
-    "--eval-every": (int, "evaluate every this many steps, and after the last"),
-    "--eval-batches": (int, "batches per evaluation"),
-    "--corpus-bytes": (int, "text: bytes of the corpus to read"),
-    "--curriculum-steps": (int, "tasks: grow the largest training size from 1 to --train-max-size over this many "
-                                "steps (default: 0, no curriculum)"),
-    "--checkpoint-every": (int, "also write checkpoint.pt every this many steps, to resume from (default: 0, only "
-                                "after the last step)"),
-    "--seed": (int, "seeds the initial weights and every batch (default: 0)"),
+# The options of train that differ from their TrainConfig field's name (the first is what messages name; the rest
+# are accepted as well). Every other field's option is its name with dashes: eval_seq_lens -> --eval-seq-lens.
+OPTION_NAMES: dict[str, tuple[str, ...]] = {"out_dir": ("--out", "--out-dir")}
+_METAVARS = {"out_dir": "DIR", "init_from": "GRID:LABEL", "device": "DEVICE"}
+
+
+def option_name(name: str) -> str:
+    """The train option that sets the TrainConfig field (or GPTConfig field) ``name``, as messages name it."""
+    return OPTION_NAMES.get(name, ("--" + name.replace("_", "-"),))[0]
+
+
+def _integer(text: str) -> int:
+    """An argparse type: an integer written in decimal (its range is TrainConfig's to check)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer such as 100, got {text!r}") from None
+
+
+def _real(text: str) -> float:
+    """An argparse type: a real number such as 0.001 or 1e-3."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number such as 0.001, got {text!r}") from None
+
+
+# How a TrainConfig field's type is read from the command line: its type hint -> argparse keywords.
+_READERS: dict[Any, dict[str, Any]] = {
+    int | None: dict(type=_integer), int: dict(type=_integer), float | None: dict(type=_real), float: dict(type=_real),
+    list[int] | None: dict(type=_sizes), str | None: dict(), str: dict(),
+    bool: dict(action="store_true"), bool | None: dict(action=argparse.BooleanOptionalAction),
 }
-_SET_BY_PRESET = ("--steps", "--batch-size", "--seq-len", "--train-max-size", "--lr", "--warmup", "--eval-every",
-                  "--eval-batches", "--corpus-bytes")
 
 
-def _add_train(sub: argparse._SubParsersAction) -> None:
-    t = sub.add_parser("train", help="train one model; with --out, write checkpoint.pt and results.json there",
-                       description="Train one model and print its final metrics. An option left out takes the "
-                                   "preset's value.")
-    t.add_argument("--task", choices=TASK_NAMES, default="text",
-                   help="text: next-byte prediction on the Python standard library's source; the others are "
-                        "algorithmic tasks scored by exact match (default: text)")
-    t.add_argument("--preset", choices=sorted(PRESETS),
-                   help="model size and schedule (see the presets command); default: POSBOOK_PRESET, else cpu "
-                        "without a GPU, colab on one GPU, full under torchrun")
-    model = t.add_argument_group("model")
+def _set_by_preset() -> set[str]:
+    """The TrainConfig fields some preset (or its entry for a task) sets: left out, they take the preset's value."""
+    names = {key for values in PRESETS.values() for key in values}
+    names |= {key for values in PRESETS.values() for task in values.get("tasks", {}).values() for key in task}
+    return names - {"model", "tasks"}
+
+
+def _run_option_help(field: dataclasses.Field, reader: dict[str, Any], preset_sets: set[str]) -> str:
+    """A run option's help: its field's ``help`` metadata, how a list is written, and its default."""
+    text = field.metadata["help"]
+    if reader.get("type") is _sizes:
+        head, brace, default = text.partition(" (default:")
+        text = f"{head}, comma-separated such as 8,16,32{brace}{default}"
+    if "(default:" in text:
+        return text
+    if field.name in preset_sets:
+        return text + " (default: the preset's)"
+    if field.default is not None and not isinstance(field.default, bool):
+        return text + f" (default: {field.default})"
+    return text
+
+
+def _add_run_options(groups: dict[str, Any]) -> None:
+    """One option per TrainConfig field, each in its field's group, read by the field's type hint: an integer, a
+    real number, comma-separated sizes, a name, a flag; for ``model``, the options of GPTConfig fields."""
+    hints = typing.get_type_hints(TrainConfig)
+    preset_sets = _set_by_preset()
+    choices = {"task": TASK_NAMES, "preset": sorted(PRESETS)}
+    for field in dataclasses.fields(TrainConfig):
+        if field.name == "model":
+            _add_model_options(groups["model"])
+            continue
+        if hints[field.name] not in _READERS:
+            raise TypeError(f"TrainConfig.{field.name} has type {hints[field.name]}, which train cannot read from "
+                            f"the command line; readable types: {list(_READERS)}")
+        reader = _READERS[hints[field.name]]
+        names = OPTION_NAMES.get(field.name, (option_name(field.name),))
+        options = dict(reader, dest=field.name, help=_run_option_help(field, reader, preset_sets))
+        if field.name in choices:
+            options["choices"] = choices[field.name]
+        if field.name in _METAVARS:
+            options["metavar"] = _METAVARS[field.name]
+        groups[field.metadata["group"]].add_argument(*names, **options)
+
+
+def _add_model_options(model: Any) -> None:
+    """The options that set GPTConfig fields of the run's model (TrainConfig.model)."""
     model.add_argument("--pattern", default="R",
                        help="layer codes, repeated to the number of layers, e.g. SSSN (see the patterns command; "
                             "default: R)")
@@ -119,26 +178,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                             "Llama 4's temperature tuning, or a constant factor (default: none)")
     model.add_argument("--sinks", action="store_true", help="add a learned sink logit per head in every layer")
     for flag, (kind, text) in MODEL_OPTIONS.items():
-        model.add_argument(flag, type=kind, help=text)
-    schedule = t.add_argument_group("schedule")
-    for flag, (kind, text) in SCHEDULE_OPTIONS.items():
-        schedule.add_argument(flag, type=kind, help=text + (" (default: the preset's)" if flag in _SET_BY_PRESET
-                                                            else ""))
-    evaluation = t.add_argument_group("evaluation")
-    evaluation.add_argument("--eval-sizes", type=_sizes,
-                            help="tasks: comma-separated problem sizes to report exact match at, e.g. 8,16,32 "
-                                 "(default: 1 to twice the training size, then three and four times it)")
-    evaluation.add_argument("--eval-seq-lens", type=_sizes,
-                            help="text: comma-separated lengths to report bits per byte at, e.g. 128,512 "
-                                 "(default: the training length, twice and four times it)")
-    output = t.add_argument_group("output")
-    output.add_argument("--out", metavar="DIR",
-                        help="folder for checkpoint.pt and results.json; without it nothing is saved")
-    output.add_argument("--resume", action="store_true",
-                        help="continue from --out/checkpoint.pt (--out must exist; without a checkpoint it says so "
-                             "and starts from step 0)")
-    output.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="show a progress bar (default: only when standard error is a terminal)")
+        model.add_argument(flag, type=_integer if kind is int else _real, help=text)
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    t = sub.add_parser("train", help="train one model; with --out, write checkpoint.pt and results.json there",
+                       description="Train one model and print its final metrics. An option left out takes the "
+                                   "preset's value.")
+    _add_run_options({name: t.add_argument_group(name) for name in FIELD_GROUPS})
 
 
 def parser() -> argparse.ArgumentParser:
@@ -249,27 +296,42 @@ def _train_config(args: argparse.Namespace) -> TrainConfig:
     model = {name: getattr(args, name) for name in model_fields if getattr(args, name) is not None}
     if args.sinks:
         model["sinks"] = True
-    run_fields = ["task", "preset", "eval_sizes", "eval_seq_lens", "resume", "progress",
-                  *(flag[2:].replace("-", "_") for flag in SCHEDULE_OPTIONS)]
-    # An option left out keeps TrainConfig's default: None (the preset's value), or checkpoint_every's and seed's own.
-    fields = {name: getattr(args, name) for name in run_fields if getattr(args, name) is not None}
-    return TrainConfig(model=model, out_dir=args.out, **fields)
+    # An option left out keeps TrainConfig's default: None (the preset's value), or the field's own default.
+    values = {field.name: getattr(args, field.name) for field in dataclasses.fields(TrainConfig)
+              if field.name != "model" and getattr(args, field.name) is not None}
+    return TrainConfig(model=model, **values)
 
 
-def _say_nothing_is_saved(run: TrainConfig) -> None:
-    """Say before training that a run without --out keeps nothing (its model is gone when the command ends). A bad
-    model or device is refused first, so that a command line that fails still fails in one line."""
-    gpt_config(run)
-    default_device()
-    if os.environ.get("RANK", "0") == "0":      # under torchrun, once
-        print("note: no --out given: the model and results are not saved", file=sys.stderr)
+@contextmanager
+def _naming_the_option(args: argparse.Namespace) -> Iterator[None]:
+    """Turn a ValueError or TypeError about a value given on the train command line into one that names its option
+    (``argument --steps: steps must be >= 1, got 0``): posbook's messages begin with the name of what is wrong."""
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        message = str(error)
+        name = re.match(r"[A-Za-z_]\w*", message)
+        given = {dest for dest, value in vars(args).items()
+                 if dest != "command" and value is not None and value is not False}
+        if name is None or name[0] not in given:
+            raise
+        kind = TypeError if isinstance(error, TypeError) else ValueError
+        raise kind(f"argument {option_name(name[0])}: {message}") from None
 
 
 def _train(args: argparse.Namespace) -> int:
-    run = _train_config(args)
-    if run.out_dir is None:
-        _say_nothing_is_saved(run)
-    results = train(run)
+    # Every option is checked, and the weights a run starts from are read, before anything trains, so that a
+    # command line that fails fails at once, in one line that names its option.
+    with _naming_the_option(args):
+        run = _train_config(args)
+        gpt_config(run)
+        weights = initial_weights(run)
+        if run.out_dir is None:
+            if run.device is None:
+                default_device()        # a bad POSBOOK_DEVICE is refused before the note
+            if os.environ.get("RANK", "0") == "0":      # under torchrun, once
+                print("note: no --out given: the model and results are not saved", file=sys.stderr)
+        results = train(run, weights)
     print(json.dumps({"final": results["final"], "tokens_per_s": results["tokens_per_s"],
                       "provenance": results["provenance"]}, indent=2))
     return 0
@@ -295,15 +357,15 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     grid = grid_name(args.grid, args.preset)
-    runs = GRIDS[grid]()
-    stale = set(stale_labels(grid, runs, args.out))
+    runs = grid_runs(grid)
+    stale = set(stale_labels(grid, args.out))
     if args.list:
         for label in runs:
             print(f"{label:32s} {'to train' if label in stale else 'recorded'}")
         return 0
     todo = len(runs) if args.retrain else len(stale)
     print(f"{grid}: training {todo} of {len(runs)} runs with {args.jobs} job(s)", file=sys.stderr)
-    run_grid(grid, runs, retrain=args.retrain, jobs=args.jobs, save=True, records=args.out)
+    run_grid(grid, retrain=args.retrain, jobs=args.jobs, save=True, records=args.out)
     print(record_path(grid, args.out))
     return 0
 

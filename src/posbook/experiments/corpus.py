@@ -104,9 +104,4 @@ def unigram_bits(data: torch.Tensor) -> float:
 def bits_per_byte(mean_loss_nats: float) -> float:
     """Mean next-byte cross-entropy in nats (finite, ≥ 0) → bits per byte."""
     _checks.number("mean_loss_nats", mean_loss_nats, min_value=0)
-    return _bits_per_byte(mean_loss_nats)
-
-
-def _bits_per_byte(mean_loss_nats: float) -> float:
-    """Unchecked, for evaluation during training: a diverged run's NaN loss gives NaN bits rather than stopping it."""
     return mean_loss_nats / math.log(2)

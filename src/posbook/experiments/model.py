@@ -41,9 +41,9 @@ from ..core import attend, resolved_impl
 from ..diff_attention import DiffAttention
 from ..local import local_attend
 from ..logit_scales import LOGIT_SCALES
-from ..masks import attention_mask
+from ..masks import MASK_KINDS, attention_mask, kind_size, size_option
 from ..norms import RMSNorm
-from ..rope import _apply_rope_reference, rope_cos_sin
+from ..rope import rope_cos_sin, rotate
 from ..scaling import rope_parameters, rope_spec
 
 
@@ -327,8 +327,10 @@ class Attention(nn.Module):
         self.qk_norm = config.qk_norm == "all" or (config.qk_norm == "rope" and self.rotary)
         if self.qk_norm:
             self.q_norm, self.k_norm = RMSNorm(d), RMSNorm(d)
-        # Dynamic NTK's spectrum depends on the length of the sequence in hand: its tables are made per forward.
+        # Dynamic NTK's spectrum depends on the length of the sequence in hand: its tables are made on first use of
+        # each length and kept, so that repeated evaluations at one length parse the rope dict once.
         self.dynamic_rope = rope if self.rotary and _is_dynamic(rope) else None
+        self._dynamic_cache: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         if self.rotary and self.dynamic_rope is None:
             cos, sin = _rope_tables(rope, config.max_seq_len)
             self.register_buffer("cos", cos, persistent=False)
@@ -352,11 +354,18 @@ class Attention(nn.Module):
         self.scale = 1.0 / math.sqrt(d)
         self.recorder: list | None = None    # set by GPT.recording_attention
 
+    def _dynamic_tables(self, t: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Dynamic NTK's (cos, sin) for a sequence of ``t`` positions on ``device``, built once per (t, device)."""
+        key = (t, device)
+        if key not in self._dynamic_cache:
+            self._dynamic_cache[key] = tuple(table.to(device) for table in
+                                             _rope_tables(self.dynamic_rope, t, seq_len=t))
+        return self._dynamic_cache[key]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [batch, T, n_embd] → [batch, T, n_embd]. NaN and ±inf entries of x propagate to the output: a check
-        would read x on the host at every step of training."""
+        """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids once and
+        every layer takes the hidden states it makes (NaN and ±inf entries propagate to the output)."""
         config = self.config
-        _check_hidden(x, self, config.n_embd, config.max_seq_len)
         batch, t, _ = x.shape
         q = self.q_proj(x).view(batch, t, self.n_head, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(batch, t, self.n_kv_head, self.head_dim).transpose(1, 2)
@@ -364,13 +373,9 @@ class Attention(nn.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
-            cos, sin = (self.cos[:t], self.sin[:t]) if self.dynamic_rope is None else (
-                t_.to(x.device) for t_ in _rope_tables(self.dynamic_rope, t, seq_len=t))
-            # The rotation runs in float32 whatever autocast computes q and k in (a no-op in float32): a bfloat16
-            # product would round every rotated pair to 8 bits of mantissa, far past the tables' own precision.
-            dtype = q.dtype
-            q = _apply_rope_reference(q.float(), cos, sin, "half").to(dtype)
-            k = _apply_rope_reference(k.float(), cos, sin, "half").to(dtype)
+            cos, sin = (self.cos[:t], self.sin[:t]) if self.dynamic_rope is None else self._dynamic_tables(t, x.device)
+            # rotate computes in float32 whatever autocast computes q and k in, and rounds once after.
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if config.attn_temperature != 1.0:
             # Dividing q divides every logit q·k (and every ALiBi/T5 bias is added after, unscaled, as in attention()).
             q = q / config.attn_temperature
@@ -383,8 +388,8 @@ class Attention(nn.Module):
         else:
             mask = None
             if self.local:
-                size = {"window": config.window} if self.mask_kind == "sliding" else {"chunk_size": config.chunk_size}
-                mask = attention_mask(self.mask_kind, t, device=x.device, **size)
+                size = kind_size(self.mask_kind, window=config.window, chunk_size=config.chunk_size)
+                mask = attention_mask(self.mask_kind, t, device=x.device, **size_option(self.mask_kind, size))
             bias = None if self.bias is None else self.bias(t).to(q.dtype)
             sink = self.sink if config.sinks else None
             if self.recorder is not None:
@@ -431,9 +436,8 @@ class DifferentialLayer(nn.Module):
         return self.attn.head_rms(x, self.rope(x.shape[1]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [batch, T, n_embd] → [batch, T, n_embd]. NaN and ±inf entries of x propagate to the output: a check
-        would read x on the host at every step of training."""
-        _check_hidden(x, self, self.n_embd, self.max_seq_len)
+        """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids once and
+        every layer takes the hidden states it makes (NaN and ±inf entries propagate to the output)."""
         if self.recorder is not None:
             raise ValueError("a differential layer (code D) has two attention maps and no single attention call to "
                              "record; use posbook.DiffAttention(..., return_maps=True) on its input instead")
@@ -451,9 +455,8 @@ class MLP(nn.Module):
         self.down = nn.Linear(config.mlp_ratio * config.n_embd, config.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [batch, T, n_embd] → [batch, T, n_embd]. NaN and ±inf entries of x propagate to the output: a check
-        would read x on the host at every step of training."""
-        _check_hidden(x, self, self.n_embd)
+        """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids once and
+        every layer takes the hidden states it makes (NaN and ±inf entries propagate to the output)."""
         return self.down(F.gelu(self.up(x)))
 
 
@@ -472,11 +475,35 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [batch, T, n_embd] → [batch, T, n_embd]. NaN and ±inf entries of x propagate to the output: a check
-        would read x on the host at every step of training."""
-        _check_hidden(x, self, self.n_embd, self.max_seq_len)
+        """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids once and
+        every layer takes the hidden states it makes (NaN and ±inf entries propagate to the output)."""
         x = x + self.attn(self.attn_norm(x))
         return x + self.mlp(self.mlp_norm(x))
+
+
+KEY_COUNTS = ("nanochat", "mask")
+
+
+def attention_keys(mask: str, seq_len: int, size: int | None = None, *, count: str = "nanochat") -> float:
+    """Keys one query of a ``seq_len``-token sequence is charged for under a mask kind (``"causal"``,
+    ``"sliding"``, ``"chunked"``; ``size`` is the window or chunk size of a local kind).
+
+    ``count="nanochat"``: the whole sequence for a causal layer and min(size, seq_len) for a local one, nanochat's
+    estimate. ``count="mask"``: the mean number of keys the mask keeps per query, counted from
+    :func:`posbook.masks.attention_mask` (a causal layer (seq_len + 1)/2).
+    """
+    _checks.size("seq_len", seq_len)
+    _checks.choice("count", count, KEY_COUNTS)
+    _checks.choice("mask", mask, tuple(MASK_KINDS))
+    needed = MASK_KINDS[mask].size_name
+    if (needed is None) != (size is None):
+        raise ValueError(f"size must be {'the ' + needed if needed else 'None'} for mask {mask!r}, got {size!r}")
+    if size is not None:
+        _checks.size("size", size)
+    if count == "nanochat":
+        return float(seq_len if size is None else min(size, seq_len))
+    sizes = {} if needed is None else {needed: size}
+    return attention_mask(mask, seq_len, **sizes).sum().item() / seq_len
 
 
 class GPT(nn.Module):
@@ -562,9 +589,27 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token: 6·(non-embedding parameters) + the attention scores (nanochat's estimate)."""
+    def flops_per_token(self, seq_len: int, count: str = "nanochat") -> float:
+        """Training FLOPs per token at sequence length ``seq_len``: 6·(non-embedding parameters), plus for each
+        layer 6·(keys a query meets)·(width of its scores + width of its weighted values) for the two attention
+        matmuls, forward and backward.
+
+        Each layer is charged the keys its own mask lets a query see (:func:`attention_keys`), so a sliding or
+        chunked layer costs its window, not the sequence: an MFU computed from this count is not inflated by
+        local layers. ``count`` is ``"nanochat"`` (a global layer charges the whole sequence and a local one
+        min(size, seq_len), as nanochat's estimate does) or ``"mask"`` (the mean number of keys the mask keeps, what
+        a causal kernel computes). A differential layer (code D) computes two maps of n_head/2 heads over values of
+        twice the head width: its scores cost an ordinary layer's, its weighted values twice as much.
+        """
         _checks.size("seq_len", seq_len)
+        _checks.choice("count", count, KEY_COUNTS)
         n = sum(p.numel() for name, p in self.named_parameters() if "embed" not in name and "positions" not in name)
         c = self.config
-        return 6 * n + 12 * c.n_layer * c.n_head * c.head_dim * seq_len
+        width = c.n_head * c.head_dim          # the queries' width: grouped K/V heads do not change the work
+        attention = 0.0
+        for code in c.layer_codes:
+            kind = LAYER_CODES[code]
+            size = c.window if kind.mask == "sliding" else c.chunk_size if kind.mask == "chunked" else None
+            keys = attention_keys(kind.mask, seq_len, size, count=count)
+            attention += 6 * keys * (width + (2 * width if kind.differential else width))
+        return 6 * n + attention

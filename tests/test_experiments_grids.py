@@ -1,0 +1,60 @@
+"""posbook.experiments.grids: every grid read by name, the scales a grid comes in, and the runs that stretch a
+recorded model."""
+
+from __future__ import annotations
+
+import pytest
+
+from posbook.experiments import TrainConfig, grids, tasks
+
+
+@pytest.mark.parametrize("grid", sorted(grids.GRIDS))
+def test_a_grid_read_by_name_is_its_runs_built_afresh(grid):
+    runs = grids.runs(grid)
+    assert runs and all(isinstance(run, TrainConfig) for run in runs.values())
+    assert runs == grids.GRIDS[grid]() and runs is not grids.runs(grid)      # a caller may change its copy
+
+
+def test_an_unknown_grid_is_refused_by_name():
+    with pytest.raises(ValueError, match="^grid must be one of .*; did you mean 'extrapolation'"):
+        grids.runs("extrapolaton")
+
+
+def test_passkey_extension_stretches_the_recorded_rope_retrievers():
+    runs = grids.runs("passkey_extension")
+    source = grids.runs("long_context")["RoPE/1"]
+    assert grids.PASSKEY_TRAINED_LENGTH == tasks.sequence_length("passkey", source.train_max_size)
+    free, tuned = runs["YaRN/4/0/1"], runs[f"YaRN/4/{grids.PASSKEY_FINETUNE_STEPS}/1"]
+    assert free.init_from == tuned.init_from == "long_context:RoPE/1"
+    assert free.steps == 0 and free.eval_sizes == source.eval_sizes
+    assert free.model["rope"]["rope_scaling"] == {"rope_type": "yarn", "factor": 4.0,
+                                                  "original_max_position_embeddings": grids.PASSKEY_TRAINED_LENGTH}
+    assert runs["none/1/0/1"].model.get("rope") is None
+    resolved = tuned.resolved()
+    assert resolved.train_max_size == max(source.eval_sizes)      # fine-tuned on the haystacks it is tested on
+    assert resolved.steps / source.resolved().steps == 0.05
+    assert {label.split("/")[0] for label in runs if label.split("/")[2] != "0"} == set(grids.FINETUNED_METHODS)
+
+
+def test_grid_names_by_preset():
+    assert grids.grid_name("extrapolation") == "extrapolation"
+    assert grids.grid_name("extrapolation", "colab") == "extrapolation.colab"
+    with pytest.raises(ValueError, match="grid 'long_context' has no colab version; grids with one: "
+                                         r"\['context_extension', 'extrapolation'\]"):
+        grids.grid_name("long_context", "colab")
+    with pytest.raises(ValueError, match="^preset must be one of"):
+        grids.grid_name("extrapolation", "tpu")
+    with pytest.raises(ValueError, match="^grid must be one of"):
+        grids.grid_name("extrapolation.colab")
+
+
+def test_the_gpu_scale_grids_train_the_colab_model_at_four_times_the_length():
+    # The GPU scale: the colab preset's model at T = 256, read to 16T; it stretches its own RoPE model.
+    run = grids.runs("extrapolation.colab")["iRoPE/0"].resolved()
+    assert (run.preset, run.seq_len, max(run.eval_seq_lens), run.model["window"]) == ("colab", 256, 4096, 64)
+    assert grids.runs("context_extension.colab")["YaRN/4/0/0"].init_from == "extrapolation.colab:RoPE/0"
+
+
+def test_every_run_that_ships_weights_is_a_run_of_its_grid():
+    for grid, labels in grids.GRID_WEIGHTS.items():
+        assert labels <= set(grids.runs(grid)), grid
