@@ -38,7 +38,7 @@ from . import _checks
 
 class NotModelledError(ValueError):
     """A config holds something posbook does not model (a key, a rope type, a kind of layer): its arithmetic would
-    be wrong, so it refuses. A ValueError, so callers that catch those keep working; :func:`posbook.config_report`
+    be wrong, so it refuses. A ValueError, so callers that catch those keep working; :func:`posbook.report.config_report`
     reports the other parts of such a config."""
 
 

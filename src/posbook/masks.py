@@ -52,7 +52,7 @@ Face's ``sliding_window`` does; the chunked rule keeps keys with j ≤ i in the 
 
 
 def kind_size(kind: str, *, window: int | None = None, chunk_size: int | None = None) -> int | None:
-    """The size a kind reads, by its :attr:`MaskKind.size_name` (``window`` for sliding, ``chunk_size`` for
+    """The size a kind reads, by its ``size_name`` (``window`` for sliding, ``chunk_size`` for
     chunked), or None for a kind without one; unchecked (:func:`local_size` checks it)."""
     name = MASK_KINDS[kind].size_name
     return None if name is None else {"window": window, "chunk_size": chunk_size}[name]

@@ -211,7 +211,7 @@ def _apply_rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
 def plane_slices(layout: str, rotary_dim: int) -> tuple[slice, slice]:
     """Where the two coordinates of each plane sit in the last dimension, as (first, second): plane i is
     (first[i], second[i]), the pair of dimensions (i, i + rotary_dim/2) in the ``"half"`` layout and (2i, 2i + 1) in
-    the ``"interleaved"`` one. Unchecked: ``layout`` one of :data:`LAYOUTS`, ``rotary_dim`` even."""
+    the ``"interleaved"`` one. Unchecked: ``layout`` one of ``LAYOUTS``, ``rotary_dim`` even."""
     half = rotary_dim // 2
     if layout == "half":
         return slice(0, half), slice(half, rotary_dim)

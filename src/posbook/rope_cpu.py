@@ -73,9 +73,9 @@ def rotate_blocked(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout
     large allocation costs more still: the operating system maps and zeroes it page by page (4 KiB) on first write,
     which alone takes most of the time of a plain ``x.clone()``. Here the only large allocation is the output, and the
     work goes block by block of rows while each block sits in cache, spread over torch's intra-op threads
-    (:func:`_run_blocks`). Each block is rotated in one of two ways, both bit-identical to the formula:
+    (``_run_blocks``). Each block is rotated in one of two ways, both bit-identical to the formula:
 
-    * Interleaved layout, float32/float64, where :func:`_complex_rotation_is_exact` allows: one complex multiply, a
+    * Interleaved layout, float32/float64, where ``_complex_rotation_is_exact`` allows: one complex multiply, a
       single pass like a copy. Seen as complex numbers, (x0 + i·x1)(c + i·s) = (x0·c − x1·s) + i(x1·c + x0·s) is the
       rotation itself, and ATen's vectorised complex multiply computes it as two rounded products and one rounded
       difference or sum, in the formula's order (up to swapping the operands of the sum, which IEEE addition does not
@@ -311,7 +311,7 @@ _HELPERS_LOCK = threading.Lock()
 
 
 def _helper_pool() -> ThreadPoolExecutor:
-    """The helper threads of :func:`_run_blocks`, started on first use. A forked child process (e.g. a DataLoader
+    """The helper threads of ``_run_blocks``, started on first use. A forked child process (e.g. a DataLoader
     worker) inherits the executor but not its threads, so each process gets its own."""
     global _HELPERS
     with _HELPERS_LOCK:
