@@ -9,6 +9,8 @@ With ``--layer-codes``, instead: every layer code of the experiment model (``pos
 against RoPE layers in the same model, at T = 64 and T = 256, with one and two threads: tokens/s of a model whose
 every layer has that code, relative to the all-R model measured in the same rounds. Local layers (S, C) get a
 window / chunk of T/4, so they do less work than a global layer. Goal: every code ≥ 0.95×, local codes ≥ 1.0×.
+Then what bounds a code that falls short: each code's attention layer alone against R's, and SDPA's causal kernel
+against the one an additive [H, T, T] bias forces (ALiBi, T5).
 
     .venv/bin/python benchmarks/model_throughput.py [--threads N] [--steps S] [--seq-len T] [--batch B]
     .venv/bin/python benchmarks/model_throughput.py --layer-codes [--rounds R] [--steps S]
@@ -130,6 +132,60 @@ def layer_code_table(args) -> None:
     print(header)
     for code in codes:
         print(f"{code:5s} {LAYER_CODES[code].summary:40s}" + "".join(f"  {r:10.2f}" for r in rows[code]))
+    bounds(args, columns)
+
+
+def bounds(args, columns) -> None:
+    """What bounds a code that falls short: its attention layer alone (projections, position scheme, attention core,
+    output; forward + backward), as R's layer time over the code's, in the same rounds; then the SDPA kernel a bias
+    forces (an additive [H, T, T] float mask, without and with a gradient, as ALiBi and T5 pass it) against SDPA's
+    causal kernel. The MLP, norms, embeddings and optimiser cost the same in every code, so a model's ratio lies
+    between 1 and its attention layer's."""
+    codes = list(LAYER_CODES)
+    print(f"\nattention layer alone, forward + backward: R's time / the code's (batch {args.batch})")
+    print(f"{'code':5s}" + "".join(f"  {f'{n}t T={t}':>10s}" for n, t in columns))
+    rows = {code: [] for code in codes}
+    kernels = {name: [] for name in ("bias, no grad", "bias with grad")}
+    for threads, t in columns:
+        torch.set_num_threads(threads)
+        layers, x = {}, torch.randn(args.batch, t, args.n_embd, requires_grad=True)
+        for code in codes:
+            torch.manual_seed(0)
+            layers[code] = GPT(GPTConfig(vocab_size=256, n_layer=1, n_embd=args.n_embd, n_head=args.n_head,
+                                         max_seq_len=t, pattern=code, window=t // 4, chunk_size=t // 4)).blocks[0].attn
+        ratios = {code: [] for code in codes}
+        for _ in range(args.rounds):
+            for code in codes:
+                base = seconds(lambda: layers["R"](x).sum().backward(), args.steps)
+                ratios[code].append(base / seconds(lambda: layers[code](x).sum().backward(), args.steps))
+        for code in codes:
+            rows[code].append(statistics.median(ratios[code]))
+        d = args.n_embd // args.n_head
+        q, k, v = (torch.randn(args.batch, args.n_head, t, d, requires_grad=True) for _ in range(3))
+        bias = torch.randn(args.n_head, t, t).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        bias_grad = bias.clone().requires_grad_()
+        causal = seconds(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward(), args.steps)
+        kernels["bias, no grad"].append(causal / seconds(
+            lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias).sum().backward(), args.steps))
+        kernels["bias with grad"].append(causal / seconds(
+            lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias_grad).sum().backward(), args.steps))
+    for code in codes:
+        print(f"{code:5s}" + "".join(f"  {r:10.2f}" for r in rows[code]))
+    print("\nSDPA alone, forward + backward: causal kernel's time / with a [H, T, T] additive mask")
+    for name, values in kernels.items():
+        print(f"{name:16s}" + "".join(f"  {r:10.2f}" for r in values))
+
+
+def seconds(fn, steps: int, warmup: int = 2) -> float:
+    """Median seconds of ``fn()`` over ``steps`` calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def main() -> None:

@@ -10,6 +10,8 @@ shape [batch, heads, T, head_dim] in float32, producing two new tensors. Rows:
 * ``posbook half``      — ``apply_rope(q, ...); apply_rope(k, ...)`` with the half layout.
 * ``posbook interleaved`` — the same with the interleaved layout.
 * ``ref interleaved``   — the textbook formula ``x*cos + rotate_every_two(x)*sin`` applied to q and k, for context.
+* ``blocked copy``      — q and k copied through posbook's own blocks and threads, one ``copy_`` per block: the
+                          ceiling of that loop, so the gap between it and ``posbook half`` is the rotation's passes.
 * with ``--formula``: ``posbook formula`` — posbook's plain formula (``rope._apply_rope_reference``: what autograd
   and small inputs use, and what ``apply_rope`` ran for every input before the blocked path existed).
 
@@ -46,6 +48,20 @@ def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
 
 def ref_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + rotate_every_two(x) * sin
+
+
+def blocked_copy(x: torch.Tensor) -> torch.Tensor:
+    """x copied block by block exactly as posbook's blocked path cuts and schedules the half layout (same blocks, same
+    threads), one ``copy_`` per block: what that path would reach if its rotation cost nothing but the loop."""
+    from posbook import rope_cpu
+    out = torch.empty_like(x)
+    threads = torch.get_num_threads()
+    rows_per_block = ((rope_cpu._SERIAL_NUMEL - 1) // x.shape[-1] if threads > 1
+                      else max(1, rope_cpu._BLOCK_BYTES // (x.shape[-1] * x.element_size())))
+    cut = rope_cpu._BlockCut(x.shape[:-1], rows_per_block)
+    x_b, out_b = cut.blocks(x), cut.blocks(out)
+    rope_cpu._run_blocks(len(cut), lambda i, scratch: out_b(i).copy_(x_b(i)), threads)
+    return out
 
 
 def seconds(fn) -> float:
@@ -102,6 +118,7 @@ def main() -> None:
         "ref interleaved (x*cos+rot2(x)*sin)": lambda: (ref_interleaved(q, cos_i, sin_i),
                                                         ref_interleaved(k, cos_i, sin_i)),
     }
+    rows["blocked copy (posbook's half blocks)"] = lambda: (blocked_copy(q), blocked_copy(k))
     if args.formula:
         from posbook.rope import _apply_rope_reference as formula
         rows["posbook formula, half"] = lambda: (formula(q, cos_h, sin_h, "half"), formula(k, cos_h, sin_h, "half"))

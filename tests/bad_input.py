@@ -1027,6 +1027,7 @@ UNCHECKED = {
     "posbook.experiments.model.DifferentialLayer.forward": "GPT.forward checks the token ids once per step",
     "posbook.experiments.model.MLP.forward": "GPT.forward checks the token ids once per step",
     "posbook.experiments.model.Block.forward": "GPT.forward checks the token ids once per step",
+    "posbook.DiffAttention.attend": "DiffAttention.forward checks x and rope (the model's layer makes both itself)",
 }
 
 

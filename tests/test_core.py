@@ -14,6 +14,7 @@ from transformers.models.gpt_oss.modeling_gpt_oss import (
 )
 
 import posbook as pb
+from posbook.local import local_attend
 
 
 def qkv(batch=2, hq=4, hkv=2, tq=12, tk=12, d=16, dv=16, dtype=torch.float64, seed=0):
@@ -338,3 +339,34 @@ def test_flex_is_refused_by_name_where_it_would_need_a_backward_on_the_cpu():
     q, k, v = (x.detach() for x in (q, k, v))      # forward only: flex runs (eagerly) on the CPU
     torch.testing.assert_close(pb.local_attention(q, k, v, kind="sliding", window=4, impl="flex"),
                                pb.local_attention(q, k, v, kind="sliding", window=4, impl="blocked"))
+
+
+@pytest.mark.parametrize("t, window, block_size, kv_heads", [(64, 16, None, 4), (77, 10, None, 2), (50, 7, 3, 4),
+                                                             (9, 9, None, 4), (33, 1, None, 4), (40, 8, 5, 4)])
+def test_the_sliding_kernel_gives_the_bits_of_unfolded_windows(t, window, block_size, kv_heads):
+    """The blocked sliding kernel builds each query block's keys by concatenating whole blocks; the recorded runs
+    trained with windows cut by ``unfold``. Same SDPA inputs, same bits: output and gradients are equal exactly."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(t)
+    q = torch.randn(2, 4, t, 16, generator=g, requires_grad=True)
+    k, v = (torch.randn(2, kv_heads, t, 16, generator=g, requires_grad=True) for _ in range(2))
+    block = block_size or max(1, window // 2)
+    n, span = -(-t // block), window - 1 + block
+    pad = n * block - t
+
+    def unfolded(x):    # [batch·n, H, span, d]: keys window − 1 before each block, through the block's end
+        return F.pad(x, (0, 0, window - 1, pad)).unfold(2, span, block).permute(0, 2, 1, 4, 3).flatten(0, 1)
+
+    r, c, j = torch.arange(block)[:, None], torch.arange(span)[None, :], torch.arange(n)[:, None, None]
+    allowed = (c >= r) & (c <= window - 1 + r) & (j * block + c >= window - 1)
+    q_blocks = F.pad(q, (0, 0, 0, pad)).view(2, 4, n, block, 16).transpose(1, 2).flatten(0, 1)
+    expected = F.scaled_dot_product_attention(q_blocks, unfolded(k), unfolded(v), scale=0.3, enable_gqa=kv_heads != 4,
+                                              attn_mask=allowed.expand(2, n, block, span).flatten(0, 1)[:, None])
+    expected = expected.view(2, n, 4, block, 16).transpose(1, 2).flatten(2, 3)[:, :, :t]
+    got = local_attend(q, k, v, kind="sliding", window=window, scale=0.3, block_size=block_size, impl="blocked")
+    assert torch.equal(got, expected)
+    weights = torch.randn(got.shape, generator=g)
+    for a, b in zip(torch.autograd.grad((got * weights).sum(), (q, k, v)),
+                    torch.autograd.grad((expected * weights).sum(), (q, k, v))):
+        assert torch.equal(a, b)

@@ -74,9 +74,9 @@ class DiffAttention(nn.Module):
         """Numbers cached per token: K₁ and K₂ (from k_proj) plus V (from v_proj), read off the projections."""
         return self.k_proj.out_features + self.v_proj.out_features
 
-    def _projections(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, *, finite: bool = False):
-        """q and k as two [batch, h, T, d] halves each (stacked on dim 0), v as [batch, h, T, 2d]; ``finite``: refuse
-        NaN and ±inf in x (a host read, so not on the model's per-step path)."""
+    def _check(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, *, finite: bool = False) -> None:
+        """The checks of :meth:`forward` and :meth:`head_rms`: x a floating [batch, T, d_model] on the layer's device
+        and dtype, rope a (cos, sin) pair of [T, rotary_dim]; ``finite``: refuse NaN and ±inf in x (a host read)."""
         _checks.tensor("x", x, ndim=3, floating=True)
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x.shape[-1] must be d_model={self.d_model}, got {x.shape[-1]}")
@@ -88,38 +88,50 @@ class DiffAttention(nn.Module):
                             f"layer with .to(dtype)), got {_checks._show(x)}")
         if finite:
             _checks.finite("x", x)
-        batch, t, _ = x.shape
         if rope is not None:
             cos, sin = _checks.cos_sin("rope", rope)
             rotary_dim = cos.shape[-1]
-            if cos.shape[-2] != t or not 0 < rotary_dim <= self.head_dim or rotary_dim % 2:
-                raise ValueError(f"rope must be (cos, sin) of [T={t}, rotary_dim], rotary_dim even and at most "
-                                 f"head_dim={self.head_dim}, got {tuple(cos.shape)}")
+            if cos.shape[-2] != x.shape[1] or not 0 < rotary_dim <= self.head_dim or rotary_dim % 2:
+                raise ValueError(f"rope must be (cos, sin) of [T={x.shape[1]}, rotary_dim], rotary_dim even and at "
+                                 f"most head_dim={self.head_dim}, got {tuple(cos.shape)}")
             if cos.device != x.device or sin.device != x.device:
                 raise ValueError(f"rope must be on x's device {x.device}, got {cos.device} and {sin.device}")
+
+    def _projections(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None):
+        """q and k as [batch, h, 2, T, d] (each head's two halves side by side), v as [batch, h, T, 2d]."""
+        batch, t, _ = x.shape
         h, d = self.n_heads, self.head_dim
-        q = self.q_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
-        k = self.k_proj(x).view(batch, t, h, 2, d).permute(3, 0, 2, 1, 4)
+        q = self.q_proj(x).view(batch, t, h, 2, d).permute(0, 2, 3, 1, 4)
+        k = self.k_proj(x).view(batch, t, h, 2, d).permute(0, 2, 3, 1, 4)
         v = self.v_proj(x).view(batch, t, h, 2 * d).transpose(1, 2)
         if rope is not None:
             q, k = rotate(q, *rope), rotate(k, *rope)
         return q, k, v
 
     def _halves(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_maps: bool):
-        """A₁V, A₂V and, with ``return_maps``, A₁ and A₂: two causal softmax attentions through the unchecked core,
-        since the layer made q, k and v itself (no host reads on the model's per-step path)."""
+        """A₁V, A₂V and, with ``return_maps``, A₁ and A₂: two causal softmax attentions through the unchecked core.
+
+        Without the maps both run as one call over 2h heads (each head's two halves side by side, both reading that
+        head's values), one kernel launch instead of two."""
         options = dict(scale=1.0 / math.sqrt(self.head_dim), query_scale=None, bias=None, softcap=None, mask=None,
                        causal=True, normaliser="softmax", sink=None, sigmoid_bias=None,
                        impl=resolved_impl("auto", return_weights=return_maps))
-        (out1, a1), (out2, a2) = (attend(q[i], k[i], v, **options) for i in range(2))
-        return out1, out2, a1, a2
+        if return_maps:
+            (out1, a1), (out2, a2) = (attend(q[:, :, i], k[:, :, i], v, **options) for i in range(2))
+            return out1, out2, a1, a2
+        batch, h, _, t, d = q.shape
+        v2 = v[:, :, None].expand(batch, h, 2, t, 2 * d).reshape(batch, 2 * h, t, 2 * d)
+        out, _ = attend(q.reshape(batch, 2 * h, t, d), k.reshape(batch, 2 * h, t, d), v2, **options)
+        out = out.view(batch, h, 2, t, 2 * d)
+        return out[:, :, 0], out[:, :, 1], None, None
 
     def head_rms(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Root mean square of each head's output (A₁ − λA₂)V before the per-head norm, over batch and positions: [h].
 
         These are the "head statistics" the per-head norm equalises (chapter "Differential attention").
         """
-        q, k, v = self._projections(x, rope, finite=True)
+        self._check(x, rope, finite=True)
+        q, k, v = self._projections(x, rope)
         out1, out2, _, _ = self._halves(q, k, v, return_maps=False)
         heads = out1 - self.lam() * out2
         return heads.square().mean(dim=(0, 2, 3)).sqrt()
@@ -129,10 +141,16 @@ class DiffAttention(nn.Module):
         """x: [batch, T, d_model]; ``rope``: optional (cos, sin) [T, head_dim] applied to every query/key half.
 
         Returns the output [batch, T, d_model], and with ``return_maps`` also the differential map A₁ − λA₂
-        [batch, h, T, T]. The experiment model runs this every step, so it reads no values on the host: NaN and
-        ±inf entries of x propagate to the output.
+        [batch, h, T, T]. Checks x and rope, but reads no values on the host: NaN and ±inf entries of x propagate to
+        the output.
         """
         _checks.flag("return_maps", return_maps)
+        self._check(x, rope)
+        return self.attend(x, rope, return_maps=return_maps)
+
+    def attend(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None, *,
+               return_maps: bool = False):
+        """:meth:`forward` unchecked, for a caller that made x and rope itself (the experiment model, every step)."""
         q, k, v = self._projections(x, rope)
         batch, t, _ = x.shape
         # (A₁ − λA₂)V = A₁V − λ·A₂V: two ordinary causal attentions over the same values.

@@ -105,23 +105,51 @@ def local_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kind: str
     n_blocks = -(-t // block)
     pad = n_blocks * block - t
     span = window - 1 + block  # keys a query block can see: window − 1 before its first query, plus the block
-    # Keys padded on the left by window − 1 (masked: they do not exist) and on the right up to whole blocks.
-    k_pad = F.pad(k, (0, 0, window - 1, pad))
-    v_pad = F.pad(v, (0, 0, window - 1, pad))
-    k_blocks = k_pad.unfold(2, span, block).permute(0, 2, 1, 4, 3).flatten(0, 1)   # [batch·n_blocks, H, span, d]
-    v_blocks = v_pad.unfold(2, span, block).permute(0, 2, 1, 4, 3).flatten(0, 1)
     q_blocks = F.pad(q, (0, 0, 0, pad)).view(batch, hq, n_blocks, block, d).transpose(1, 2).flatten(0, 1)
-    # Query r of a block sits at key column window − 1 + r of its span; it sees columns r … window − 1 + r.
-    r = torch.arange(block, device=q.device)[:, None]
-    c = torch.arange(span, device=q.device)[None, :]
-    allowed = (c >= r) & (c <= window - 1 + r)
-    # Column c of block j holds position j·block + c − (window − 1); negative positions are the left padding.
-    j = torch.arange(n_blocks, device=q.device)[:, None, None]
-    mask = allowed & (j * block + c >= window - 1)                                # [n_blocks, block, span]
-    mask = mask.expand(batch, n_blocks, block, span).flatten(0, 1)[:, None]
+    k_blocks, v_blocks = (_key_blocks(x, window, block, n_blocks, pad) for x in (k, v))
+    mask = _sliding_block_mask(batch, n_blocks, block, window, q.dtype, q.device)
     out = F.scaled_dot_product_attention(q_blocks, k_blocks, v_blocks, attn_mask=mask, scale=scale, enable_gqa=gqa)
     out = out.view(batch, n_blocks, hq, block, v.shape[-1]).transpose(1, 2).flatten(2, 3)
     return out[:, :, :t]
+
+
+def _key_blocks(x: torch.Tensor, window: int, block: int, n_blocks: int, pad: int) -> torch.Tensor:
+    """The keys (or values) each query block of a sliding window sees, [batch·n_blocks, H, window − 1 + block, d]:
+    block j holds positions j·block − (window − 1) … (j + 1)·block − 1, zeros where a position is negative (the mask
+    hides them). Built as one concatenation of whole blocks (x padded on the left to a whole number of blocks), whose
+    backward is a few slices, rather than by ``unfold``, whose backward is a slow scatter."""
+    batch, h, _, d = x.shape
+    before = -(-(window - 1) // block)          # whole blocks of left padding that cover the window − 1 positions
+    extra = before * block - (window - 1)       # padding rows that no query block reads
+    blocks = F.pad(x, (0, 0, before * block, pad)).view(batch, h, before + n_blocks, block, d).transpose(1, 2)
+    spans = torch.cat([blocks[:, i:i + n_blocks] for i in range(before + 1)], dim=3)   # [batch, n, H, (before+1)·block, d]
+    return spans[..., extra:, :].flatten(0, 1)
+
+
+def _sliding_block_mask(batch: int, n_blocks: int, block: int, window: int, dtype: torch.dtype,
+                        device: torch.device) -> torch.Tensor:
+    """The additive mask (0 where a query sees a key, −inf elsewhere) of the sliding-window query blocks,
+    [batch·n_blocks, 1, block, window − 1 + block]; built once per shape outside a compiled graph. SDPA would turn a
+    boolean mask into this same float mask on every call."""
+    if torch.compiler.is_compiling():
+        return _build_sliding_block_mask(batch, n_blocks, block, window, dtype, device)
+    return _cached_sliding_block_mask(batch, n_blocks, block, window, dtype, device)
+
+
+def _build_sliding_block_mask(batch, n_blocks, block, window, dtype, device):
+    span = window - 1 + block
+    # Query r of a block sits at key column window − 1 + r of its span; it sees columns r … window − 1 + r.
+    r = torch.arange(block, device=device)[:, None]
+    c = torch.arange(span, device=device)[None, :]
+    allowed = (c >= r) & (c <= window - 1 + r)
+    # Column c of block j holds position j·block + c − (window − 1); negative positions are the left padding.
+    j = torch.arange(n_blocks, device=device)[:, None, None]
+    allowed = allowed & (j * block + c >= window - 1)                             # [n_blocks, block, span]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+    return mask.expand(batch, n_blocks, block, span).flatten(0, 1)[:, None]
+
+
+_cached_sliding_block_mask = functools.lru_cache(maxsize=64)(_build_sliding_block_mask)
 
 
 def _flex_local(q, k, v, kind: str, size: int, scale: float, tile: int, gqa: bool) -> torch.Tensor:

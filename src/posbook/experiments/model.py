@@ -441,7 +441,8 @@ class DifferentialLayer(nn.Module):
         if self.recorder is not None:
             raise ValueError("a differential layer (code D) has two attention maps and no single attention call to "
                              "record; use posbook.DiffAttention(..., return_maps=True) on its input instead")
-        return self.attn(x, self.rope(x.shape[1]))
+        t = x.shape[1]
+        return self.attn.attend(x, (self.cos[:t], self.sin[:t]))
 
 
 class MLP(nn.Module):
