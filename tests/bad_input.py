@@ -248,6 +248,10 @@ SPECIMENS: dict[str, Specimen] = {
     # biases, logit scales, masks
     "posbook.ALiBiBias": S(lambda: dict(n_heads=4)),
     "posbook.ALiBiBias.forward": method(lambda: pb.ALiBiBias(4), lambda: dict(q_len=3, k_len=5)),
+    "posbook.ALiBiBias.for_distances": method(lambda: pb.ALiBiBias(4),
+                                              lambda: dict(relative=pb.relative_positions(3, 5))),
+    "posbook.T5RelativeBias.for_distances": method(lambda: pb.T5RelativeBias(4, num_buckets=8, max_distance=16),
+                                                   lambda: dict(relative=pb.relative_positions(3, 5))),
     "posbook.T5RelativeBias": S(lambda: dict(n_heads=4, bidirectional=False, num_buckets=8, max_distance=16)),
     "posbook.T5RelativeBias.forward": method(lambda: pb.T5RelativeBias(4, num_buckets=8, max_distance=16),
                                              lambda: dict(q_len=3, k_len=5)),
@@ -433,7 +437,7 @@ SPECIMENS: dict[str, Specimen] = {
                                                       layer=1, rope=None)),
     "posbook.experiments.model.GPT": S(lambda: dict(config=model_lib.GPTConfig(pattern="RN", **TINY_GPT))),
     "posbook.experiments.model.GPT.forward": method(tiny_gpt, lambda: dict(
-        idx=torch.randint(0, 256, (2, 6), generator=gen()))),
+        idx=torch.randint(0, 256, (2, 6), generator=gen()), position_ids=torch.arange(6) + 3), position_ids=NULLABLE),
     "posbook.experiments.model.GPT.recording_attention": method(tiny_gpt),
     # rope=None gives each layer kind its own rotation back
     "posbook.experiments.model.GPT.with_rope": method(tiny_gpt, lambda: dict(rope={

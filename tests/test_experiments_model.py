@@ -319,3 +319,72 @@ def test_the_rotation_runs_in_float32_under_autocast():
     q_recorded = calls[0][0]
     assert q.dtype == q_recorded.dtype == torch.bfloat16
     assert torch.equal(q_recorded, expected)
+
+
+# --- position ids -----------------------------------------------------------------------------------------------------
+
+def _position_model(code: str, **options) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=64, n_layer=2, n_embd=32, n_head=4, max_seq_len=48, pattern=code, window=6,
+                         chunk_size=5, **options))
+
+
+POSITION_VARIANTS = [(code, {}) for code in LAYER_CODES] + [("N", dict(absolute_positions=kind))
+                                                             for kind in ("learned", "sinusoidal")]
+
+
+@pytest.mark.parametrize("code, options", POSITION_VARIANTS)
+def test_position_ids_zero_to_t_are_the_default_bit_for_bit(code, options):
+    model, idx = _position_model(code, **options), torch.randint(0, 64, (3, 20))
+    default = model(idx)
+    assert torch.equal(model(idx, torch.arange(20)), default)
+    assert torch.equal(model(idx, torch.arange(20)[None]), default)
+
+
+@pytest.mark.parametrize("code, options", POSITION_VARIANTS)
+def test_only_absolute_embeddings_see_a_shift_of_every_position_id(code, options):
+    """Rotations and biases read only differences of ids, so adding 7 to every id changes nothing but rounding;
+    absolute embeddings read the ids themselves."""
+    model, idx = _position_model(code, **options), torch.randint(0, 64, (3, 20))
+    default, shifted = model(idx), model(idx, torch.arange(20) + 7)
+    if options:
+        assert (default - shifted).abs().max() > 0.01
+    else:
+        torch.testing.assert_close(shifted, default, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("code", list(LAYER_CODES) + ["N-learned"])
+def test_each_sequence_reads_its_own_position_ids(code):
+    model = _position_model("N", absolute_positions="learned") if code == "N-learned" else _position_model(code)
+    idx = torch.randint(0, 64, (2, 12))
+    ids = torch.stack([torch.arange(12) * 2, torch.sort(torch.randperm(40)[:12]).values])   # spread; random ordered
+    together = model(idx, ids)
+    for row in range(2):
+        torch.testing.assert_close(together[row:row + 1], model(idx[row:row + 1], ids[row]), atol=1e-5, rtol=1e-5)
+    together.sum().backward()       # every layer kind differentiates through id-dependent tables and biases
+
+
+def test_a_coupled_copy_reads_the_same_rotation_at_the_input_and_its_copy():
+    """Ids shared between an input token and its copy give every (copy, input) pair of a RoPE layer the relative
+    angle 0, whatever the length: the rotation of the query and of its key are equal."""
+    model = _position_model("R")
+    ids = torch.cat([torch.arange(5), torch.arange(5)])
+    cos, sin = model.blocks[0].attn.rotary_at(ids[None])
+    assert torch.equal(cos[0, 7], cos[0, 2]) and torch.equal(sin[0, 7], sin[0, 2])
+
+
+def test_position_ids_are_checked_by_name():
+    model, idx = _position_model("R"), torch.randint(0, 64, (2, 6))
+    with pytest.raises(TypeError, match="^position_ids must be an integer tensor"):
+        model(idx, torch.arange(6.0))
+    with pytest.raises(ValueError, match=r"^position_ids must be \[T=6\] or \[batch=2, T=6\]"):
+        model(idx, torch.arange(7))
+    with pytest.raises(ValueError, match="^position_ids must be at least 0, got a minimum of -1"):
+        model(idx, torch.arange(6) - 1)
+    learned = _position_model("N", absolute_positions="learned")
+    with pytest.raises(ValueError, match="^position_ids must be below max_seq_len=48 with learned absolute"):
+        learned(idx, torch.arange(6) + 43)
+    assert learned(idx, torch.arange(6) + 42).shape == (2, 6, 64)
+    dynamic = _position_model("R", rope=_rope_dict({"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=16))
+    with pytest.raises(ValueError, match=r"^position_ids cannot be given to a model with the dynamic rope type"):
+        dynamic(idx, torch.arange(6))

@@ -8,6 +8,7 @@ They never touch q, k or v, so they stay out of the KV cache and commute with an
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -95,6 +96,12 @@ def t5_relative_buckets(relative_position: torch.Tensor, *, bidirectional: bool 
     return offset + torch.where(distance < exact, distance, far)
 
 
+def _check_distances(relative: Any, device: torch.device) -> None:
+    _checks.tensor("relative", relative, ndim_min=2, integer=True)
+    if relative.device != device:
+        raise ValueError(f"relative must be on the bias's device {device}, got {relative.device}")
+
+
 class T5RelativeBias(nn.Module):
     """T5's learned bias: one scalar per (bucket, head), looked up for every (query, key) pair.
 
@@ -111,10 +118,16 @@ class T5RelativeBias(nn.Module):
         self.embedding = nn.Embedding(num_buckets, n_heads)
 
     def forward(self, q_len: int, k_len: int | None = None) -> torch.Tensor:
-        rel = relative_positions(q_len, k_len, device=self.embedding.weight.device)
-        buckets = t5_relative_buckets(rel, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
+        return self.for_distances(relative_positions(q_len, k_len, device=self.embedding.weight.device))
+
+    def for_distances(self, relative: torch.Tensor) -> torch.Tensor:
+        """The bias for a matrix of relative positions j − i, [..., q_len, k_len] (integers on the module's device,
+        e.g. from position ids: ``p[..., None, :] - p[..., :, None]``) → [..., n_heads, q_len, k_len]. Shapes, dtype
+        and device are checked; no value is read on the host."""
+        _check_distances(relative, self.embedding.weight.device)
+        buckets = t5_relative_buckets(relative, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
                                       max_distance=self.max_distance)
-        return self.embedding(buckets).permute(2, 0, 1)
+        return self.embedding(buckets).movedim(-1, -3)
 
 
 class ALiBiBias(nn.Module):
@@ -131,10 +144,19 @@ class ALiBiBias(nn.Module):
     def forward(self, q_len: int, k_len: int | None = None) -> torch.Tensor:
         return _alibi(self.slopes, q_len, k_len)
 
+    def for_distances(self, relative: torch.Tensor) -> torch.Tensor:
+        """The bias for a matrix of relative positions j − i, [..., q_len, k_len] (integers on the slopes' device,
+        e.g. from position ids: ``p[..., None, :] - p[..., :, None]``) → [..., n_heads, q_len, k_len]. Shapes, dtype
+        and device are checked; no value is read on the host."""
+        _check_distances(relative, self.slopes.device)
+        distance = relative.abs().to(self.slopes.dtype)[..., None, :, :]
+        return -self.slopes[:, None, None] * distance
+
 
 BIASES: dict[str, type[nn.Module]] = {"alibi": ALiBiBias, "t5": T5RelativeBias}
 """The registry of additive position biases, name → module class. Each is built as ``cls(n_heads, **options)``,
-and its ``forward(q_len, k_len)`` returns the [n_heads, q_len, k_len] bias to add to the scaled logits.
+and its ``forward(q_len, k_len)`` returns the [n_heads, q_len, k_len] bias to add to the scaled logits;
+``for_distances(relative)`` returns it for any matrix of relative positions j − i (position ids other than 0 … T − 1).
 
 :meta hide-value:
 """

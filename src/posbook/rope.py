@@ -125,14 +125,26 @@ def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, *, attention_f
     _checks.choice("layout", layout, LAYOUTS)
     _checks.dtype("dtype", dtype)
 
+    if axes is not None and positions.ndim > 1:
+        # plane i reads row axes[i]: [3, ..., T] -> [n_planes, ..., T] -> [..., T, n_planes]
+        return _cos_sin(positions[axes.to(positions.device)].movedim(0, -1), inv_freq, attention_factor, layout, dtype)
+    return _cos_sin(positions[..., None], inv_freq, attention_factor, layout, dtype)
+
+
+def cos_sin_at(positions: torch.Tensor, inv_freq: torch.Tensor, *, attention_factor: float = 1.0,
+               layout: str = "half", dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rope_cos_sin` unchecked and without mrope, for positions of any shape [..., T] (e.g. a batch of
+    position ids [B, T]) → (cos, sin) of [..., T, rotary_dim]; for callers that checked their positions and
+    frequencies once (the experiment model, at every step). Equal, element for element, to :func:`rope_cos_sin` of
+    the same positions."""
+    return _cos_sin(positions[..., None], inv_freq, attention_factor, layout, dtype)
+
+
+def _cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float, layout: str,
+             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of positions · inv_freq, positions [..., 1] or [..., n_planes] (one row per plane)."""
     with torch.autocast(device_type=positions.device.type, enabled=False):
-        positions = positions.to(dtype)
-        if axes is not None and positions.ndim > 1:
-            # plane i reads row axes[i]: [3, ..., T] -> [n_planes, ..., T] -> [..., T, n_planes]
-            positions = positions[axes.to(positions.device)].movedim(0, -1)
-        else:
-            positions = positions[..., None]
-        angles = positions * inv_freq.to(dtype)
+        angles = positions.to(dtype) * inv_freq.to(dtype)
         cos, sin = angles.cos(), angles.sin()
         if attention_factor != 1.0:
             cos, sin = cos * attention_factor, sin * attention_factor

@@ -43,7 +43,7 @@ from ..local import local_attend
 from ..logit_scales import LOGIT_SCALES
 from ..masks import MASK_KINDS, attention_mask, kind_size, size_option
 from ..norms import RMSNorm
-from ..rope import rope_cos_sin, rotate
+from ..rope import cos_sin_at, rope_cos_sin, rotate
 from ..scaling import rope_parameters, rope_spec
 
 
@@ -281,16 +281,43 @@ def sinusoidal_positions(n_positions: int, dim: int) -> torch.Tensor:
     _checks.size("dim", dim, min_value=2)
     if dim % 2:
         raise ValueError(f"dim must be even (a sin and a cos column per frequency), got {dim}")
-    inv = 10_000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    angles = torch.arange(n_positions, dtype=torch.float64)[:, None] * inv[None, :]
-    table = torch.zeros(n_positions, dim, dtype=torch.float64)
-    table[:, 0::2], table[:, 1::2] = angles.sin(), angles.cos()
+    return _sinusoids(torch.arange(n_positions), dim)
+
+
+def _sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
+    """The sinusoidal embeddings of integer positions of any shape [...] → [..., dim] (float32, computed in float64)."""
+    inv = 10_000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim)
+    angles = positions.to(torch.float64)[..., None] * inv
+    table = torch.zeros(*positions.shape, dim, dtype=torch.float64, device=positions.device)
+    table[..., 0::2], table[..., 1::2] = angles.sin(), angles.cos()
     return table.float()
 
 
 def _rope_tables(rope: dict, length: int, seq_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     inv_freq, attention_factor = rope_parameters(rope, seq_len)
     return rope_cos_sin(torch.arange(length), inv_freq, attention_factor=attention_factor)
+
+
+class _RotaryAt(nn.Module):
+    """A layer's rope spectrum (inv_freq as a buffer, so it moves with the model, and the attention factor), for
+    (cos, sin) at position ids other than 0 … T − 1: [P, T] ids → [P, T, rotary_dim] each, through the unchecked
+    :func:`posbook.rope.cos_sin_at` (equal, element for element, to the tables of the same positions)."""
+
+    def __init__(self, rope: dict):
+        super().__init__()
+        inv_freq, self.attention_factor = rope_parameters(rope)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return cos_sin_at(positions, self.inv_freq, attention_factor=self.attention_factor)
+
+
+def _relative(positions: torch.Tensor) -> torch.Tensor:
+    """j − i for position ids [P, T]: [P, T, T], entry (i, j) the key's id minus the query's; [T, T] for P = 1, so that
+    a bias shared by every sequence has the shape the default positions give it (SDPA's CPU kernel rounds a
+    [1, H, T, T] mask differently from an [H, T, T] one)."""
+    relative = positions[:, None, :] - positions[:, :, None]
+    return relative[0] if relative.shape[0] == 1 else relative
 
 
 def _is_dynamic(rope: dict) -> bool:
@@ -335,6 +362,7 @@ class Attention(nn.Module):
             cos, sin = _rope_tables(rope, config.max_seq_len)
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
+            self.rotary_at = _RotaryAt(rope)
         self.bias = None if kind.bias is None else kind.bias(config)
         if config.sinks:
             self.sink = nn.Parameter(torch.zeros(h))
@@ -362,9 +390,10 @@ class Attention(nn.Module):
                                              _rope_tables(self.dynamic_rope, t, seq_len=t))
         return self._dynamic_cache[key]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids once and
-        every layer takes the hidden states it makes (NaN and ±inf entries propagate to the output)."""
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids (and the
+        position ids ``positions``, [1 or batch, T], None for 0 … T − 1) once and every layer takes the hidden states
+        it makes (NaN and ±inf entries propagate to the output)."""
         config = self.config
         batch, t, _ = x.shape
         q = self.q_proj(x).view(batch, t, self.n_head, self.head_dim).transpose(1, 2)
@@ -373,7 +402,12 @@ class Attention(nn.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
-            cos, sin = (self.cos[:t], self.sin[:t]) if self.dynamic_rope is None else self._dynamic_tables(t, x.device)
+            if positions is not None:          # GPT.forward refuses position ids for a dynamic rope type
+                cos, sin = (table[:, None] for table in self.rotary_at(positions))
+            elif self.dynamic_rope is None:
+                cos, sin = self.cos[:t], self.sin[:t]
+            else:
+                cos, sin = self._dynamic_tables(t, x.device)
             # rotate computes in float32 whatever autocast computes q and k in, and rounds once after.
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if config.attn_temperature != 1.0:
@@ -390,7 +424,9 @@ class Attention(nn.Module):
             if self.local:
                 size = kind_size(self.mask_kind, window=config.window, chunk_size=config.chunk_size)
                 mask = attention_mask(self.mask_kind, t, device=x.device, **size_option(self.mask_kind, size))
-            bias = None if self.bias is None else self.bias(t).to(q.dtype)
+            bias = None
+            if self.bias is not None:
+                bias = (self.bias(t) if positions is None else self.bias.for_distances(_relative(positions))).to(q.dtype)
             sink = self.sink if config.sinks else None
             if self.recorder is not None:
                 self.recorder.append((q, k, v, dict(causal=not self.local, query_scale=query_scale,
@@ -419,6 +455,7 @@ class DifferentialLayer(nn.Module):
         cos, sin = _rope_tables(rope, config.max_seq_len)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
+        self.rotary_at = _RotaryAt(rope)
         self.recorder: list | None = None
         self.n_embd, self.max_seq_len = config.n_embd, config.max_seq_len
 
@@ -435,14 +472,18 @@ class DifferentialLayer(nn.Module):
         _check_hidden(x, self, self.n_embd, self.max_seq_len)
         return self.attn.head_rms(x, self.rope(x.shape[1]))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids once and
-        every layer takes the hidden states it makes (NaN and ±inf entries propagate to the output)."""
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids (and the
+        position ids ``positions``, [1 or batch, T], None for 0 … T − 1) once and every layer takes the hidden states
+        it makes (NaN and ±inf entries propagate to the output)."""
         if self.recorder is not None:
             raise ValueError("a differential layer (code D) has two attention maps and no single attention call to "
                              "record; use posbook.DiffAttention(..., return_maps=True) on its input instead")
         t = x.shape[1]
-        return self.attn.attend(x, (self.cos[:t], self.sin[:t]))
+        if positions is None:
+            return self.attn.attend(x, (self.cos[:t], self.sin[:t]))
+        # q and k are [batch, heads, 2, T, d]: the tables broadcast over heads and the two halves
+        return self.attn.attend(x, tuple(table[:, None, None] for table in self.rotary_at(positions)))
 
 
 class MLP(nn.Module):
@@ -475,10 +516,11 @@ class Block(nn.Module):
         self.attn = DifferentialLayer(config, layer, rope) if differential else Attention(config, code, rope)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids once and
-        every layer takes the hidden states it makes (NaN and ±inf entries propagate to the output)."""
-        x = x + self.attn(self.attn_norm(x))
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids (and the
+        position ids ``positions``, [1 or batch, T], None for 0 … T − 1) once and every layer takes the hidden states
+        it makes (NaN and ±inf entries propagate to the output)."""
+        x = x + self.attn(self.attn_norm(x), positions)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -534,13 +576,21 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=0.02)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """idx: [batch, T] token ids → logits [batch, T, vocab_size] (float32).
 
         ``idx`` is an integer tensor with 1 ≤ T ≤ max_seq_len; a narrower integer dtype than int32 (the corpus's
         uint8 bytes) is taken as int64. The ids must lie in 0 … vocab_size − 1. That is checked for ids on the CPU,
         where reading them costs no synchronisation, and not on an accelerator or inside a compiled graph, where it
-        would stall every step (an id out of range there fails in the embedding lookup)."""
+        would stall every step (an id out of range there fails in the embedding lookup).
+
+        ``position_ids``: the position of each token, an integer tensor [T] (every sequence alike) or [batch, T],
+        on idx's device; None (the default) means 0 … T − 1. Absolute embeddings, rotations and position biases read
+        them (a bias from the differences of the ids); masks and logit scaling keep counting tokens, so a window is
+        still the last W tokens. Ids are at least 0, and below max_seq_len with learned absolute embeddings (checked
+        on the CPU, as the token ids are). Randomised ids (Ruoss et al. 2023) and ids shared between an input and
+        its copy (Cho et al. 2024) need nothing else. A layer with the dynamic rope type, whose spectrum follows the
+        sequence length, takes no position ids."""
         _checks.tensor("idx", idx, ndim=2, integer=True)
         batch, t = idx.shape
         if not batch or not t:
@@ -549,16 +599,41 @@ class GPT(nn.Module):
             raise ValueError(f"idx has {t} positions, more than max_seq_len={self.config.max_seq_len}")
         if idx.device.type == "cpu" and not torch.compiler.is_compiling():
             _checks.token_ids("idx", idx, self.config.vocab_size)
+        positions = None if position_ids is None else self._positions(position_ids, idx)
         if idx.dtype not in (torch.int64, torch.int32):
             idx = idx.long()         # nn.Embedding takes int64 and int32 ids only
         x = self.embed(idx)
         if self.config.absolute_positions == "learned":
-            x = x + self.positions(torch.arange(t, device=idx.device))
+            x = x + self.positions(torch.arange(t, device=idx.device) if positions is None else positions)
         elif self.config.absolute_positions == "sinusoidal":
-            x = x + self.positions_table[:t].to(x.dtype)
+            table = self.positions_table[:t] if positions is None else _sinusoids(positions, self.config.n_embd)
+            x = x + table.to(x.dtype)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, positions)
         return self.head(self.norm(x)).float()
+
+    def _positions(self, position_ids: Any, idx: torch.Tensor) -> torch.Tensor:
+        """position_ids checked against idx [batch, T], as int64 [1 or batch, T]."""
+        _checks.tensor("position_ids", position_ids, integer=True)
+        batch, t = idx.shape
+        if position_ids.shape not in ((t,), (1, t), (batch, t)):
+            raise ValueError(f"position_ids must be [T={t}] or [batch={batch}, T={t}] for idx of shape "
+                             f"{tuple(idx.shape)}, got shape {tuple(position_ids.shape)}")
+        if position_ids.device != idx.device:
+            raise ValueError(f"position_ids must be on idx's device {idx.device}, got {position_ids.device}")
+        dynamic = [i for i, block in enumerate(self.blocks) if getattr(block.attn, "dynamic_rope", None) is not None]
+        if dynamic:
+            raise ValueError(f"position_ids cannot be given to a model with the dynamic rope type (layers {dynamic}): "
+                             f"its spectrum follows the sequence length, not the ids; pass position_ids=None")
+        if position_ids.device.type == "cpu" and not torch.compiler.is_compiling():
+            limit = self.config.max_seq_len if self.config.absolute_positions == "learned" else None
+            low, high = int(position_ids.min()), int(position_ids.max())
+            if low < 0:
+                raise ValueError(f"position_ids must be at least 0, got a minimum of {low}")
+            if limit is not None and high >= limit:
+                raise ValueError(f"position_ids must be below max_seq_len={limit} with learned absolute embeddings "
+                                 f"(one row per position), got a maximum of {high}")
+        return position_ids.long().reshape(-1, t)
 
     @contextmanager
     def recording_attention(self) -> Iterator[list]:
