@@ -485,7 +485,17 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.experiments.grids.runs": S(lambda: dict(grid="long_context")),
     # experiments: tasks, toy
     "posbook.experiments.tasks.sequence_length": S(lambda: dict(task="copy", n=5)),
-    "posbook.experiments.tasks.make_batch": S(lambda: dict(task="copy", sizes=[2, 3], generator=gen())),
+    "posbook.experiments.tasks.make_batch": S(lambda: dict(task="copy-coupled", sizes=[2, 3], generator=gen(),
+                                                           max_offset=4, with_positions=True)),
+    "posbook.experiments.tasks.Example": S(lambda: dict(tokens=[16, 3, 17, 3, 18], answer_start=3,
+                                                        positions=[0, 1, 2, 1, 2]), positions=NULLABLE),
+    "posbook.experiments.tasks.Task": S(lambda: dict(summary="copy", example=lambda n, g, o: None,
+                                                     length=lambda n: 2 * n + 3, max_size=8, vocab_size=24,
+                                                     positions=False), "example", "length", max_size=NULLABLE),
+    "posbook.experiments.tasks.token_accuracy": S(lambda: dict(logits=rand(2, 5, 7), targets=torch.tensor(
+        [[-100, -100, 3, 4, 6], [-100, 1, 2, 0, 6]]))),
+    "posbook.experiments.tasks.exact_match_given_length": S(lambda: dict(logits=rand(2, 5, 7), targets=torch.tensor(
+        [[-100, -100, 3, 4, 6], [-100, 1, 2, 0, 6]]))),
     "posbook.experiments.tasks.exact_match": S(lambda: dict(logits=rand(2, 5, 7), targets=torch.tensor(
         [[1, 2, -100, 3, -100], [-100, -100, 4, 5, 6]]))),
     "posbook.experiments.toy.fit": S(lambda: (lambda w: dict(parameters=[w], loss=lambda step: (w ** 2).sum(),
@@ -549,8 +559,9 @@ DOMAINS: dict[str, str] = {
                      "stride", "first_target", "rows_per_forward", "jobs", "n_files", "trained_length", "t",
                      "n_positions", "qk_nope_head_dim", "qk_rope_head_dim", "depth", "spacing", "context",
                      "read", "write", "n_layer", "n_head", "n_embd", "mlp_ratio", "max_seq_len", "n_kv_head",
-                     "t5_num_buckets", "t5_max_distance"], POSITIVE_INT),
-    **dict.fromkeys(["q_offset", "start", "digits", "bos_id", "seed", "warmup", "step", "n_begin", "needle"],
+                     "t5_num_buckets", "t5_max_distance", "answer_start", "max_size"], POSITIVE_INT),
+    **dict.fromkeys(["q_offset", "start", "digits", "bos_id", "seed", "warmup", "step", "n_begin", "needle",
+                     "max_offset"],
                     NONNEGATIVE_INT),
     **dict.fromkeys(["delta", "position", "dim"], SIGNED_INT),
     **dict.fromkeys(["rope_theta", "scale", "eps", "cap", "tau", "temperature", "factor", "lr", "attention_factor",

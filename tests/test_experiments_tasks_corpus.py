@@ -9,19 +9,22 @@ from posbook.experiments import corpus as corpus_lib
 from posbook.experiments import tasks as tasks_lib
 from posbook.experiments.config import TrainConfig
 
+OLD_BATCHES = "9baa3758815a5610"     # the five recorded tasks' batches before the coupled and indexed tasks existed
+
 
 def test_tasks_have_the_right_answers():
     gen = torch.Generator().manual_seed(0)
     for task in tasks_lib.TASKS:
         for n in (1, 5, 12):
-            tokens, start = tasks_lib._example(task, n, gen)
+            example = tasks_lib._example(task, n, gen)
+            tokens, start = example.tokens, example.answer_start
             assert len(tokens) == tasks_lib.sequence_length(task, n)
             prompt, answer = tokens[:start], tokens[start:-1]
-            if task in ("copy", "copy-distinct"):
+            if task in ("copy", "copy-distinct", "copy-coupled", "copy-indexed"):
                 assert answer == prompt[1:-1]
                 if task == "copy-distinct":
                     assert len(set(answer)) == n
-            elif task == "reverse":
+            elif task in ("reverse", "reverse-coupled"):
                 assert answer == prompt[1:-1][::-1]
             elif task == "addition":
                 a, b = prompt[1:n + 1], prompt[n + 2:2 * n + 2]
@@ -35,6 +38,53 @@ def test_tasks_have_the_right_answers():
     assert tasks_lib.exact_match(perfect, y).tolist() == [1.0, 1.0]
     perfect[1, -1] = perfect[1, -1].roll(1)          # one wrong answer token (the EOS of the longer example)
     assert tasks_lib.exact_match(perfect, y).tolist() == [1.0, 0.0]
+    # the longer example has 6 answer tokens, 5 right; told the answer's length, it needs no EOS and is right
+    assert tasks_lib.token_accuracy(perfect, y).tolist() == pytest.approx([1.0, 5 / 6])
+    assert tasks_lib.exact_match_given_length(perfect, y).tolist() == [1.0, 1.0]
+    perfect[1, -2] = perfect[1, -2].roll(1)          # and now its last item too
+    assert tasks_lib.exact_match_given_length(perfect, y).tolist() == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("task, step", [("copy-coupled", 1), ("reverse-coupled", -1)])
+def test_a_coupled_answer_is_always_one_id_away(task, step):
+    """Every answer token (and EOS) is predicted at a position whose id is one step (copy +1, reverse −1) from the
+    id of the prompt token that holds the answer (BOS for EOS), at every size and offset."""
+    gen = torch.Generator().manual_seed(0)
+    x, y, ids = tasks_lib.make_batch(task, [1, 3, 9, 30], gen, max_offset=50, with_positions=True)
+    for row in range(4):
+        answer_start = int((y[row] != tasks_lib.IGNORE).nonzero().min())
+        prompt = {int(i): int(t) for i, t in zip(ids[row, :answer_start + 1], x[row, :answer_start + 1])
+                  if t != tasks_lib.SEP}
+        for t in range(answer_start, int((y[row] != tasks_lib.IGNORE).nonzero().max()) + 1):
+            expected = tasks_lib.BOS if y[row, t] == tasks_lib.EOS else int(y[row, t])
+            assert prompt[int(ids[row, t]) + step] == expected
+    assert int(ids.min()) >= 0 and int(ids[:, 0].max()) <= 50 + 30 + 1
+    padded = ids[0, tasks_lib.sequence_length(task, 1) - 1:]      # ids of the padding continue from the last one
+    assert torch.equal(padded.diff(), torch.ones(len(padded) - 1, dtype=torch.long))
+    with pytest.raises(ValueError, match=f"^task '{task}' sets its own position ids: pass with_positions=True"):
+        tasks_lib.make_batch(task, [3], gen)
+
+
+def test_index_labels_rise_and_the_answer_repeats_them():
+    gen = torch.Generator().manual_seed(0)
+    tokens = tasks_lib._example("copy-indexed", 10, gen).tokens
+    labels = tokens[1:21:2]
+    assert labels == sorted(labels) and len(set(labels)) == 10
+    assert all(tasks_lib.LABEL <= label < tasks_lib.TASKS["copy-indexed"].vocab_size for label in labels)
+    assert tokens[22:42] == tokens[1:21]
+    with pytest.raises(ValueError, match="sizes entries must be <= 64, got 65"):
+        tasks_lib.make_batch("copy-indexed", [65], gen)
+
+
+def test_new_tasks_leave_the_old_tasks_batches_alone():
+    """The batches of the recorded tasks are a function of the seed alone: the coupled tasks draw their offset
+    after their symbols, and tasks without ids draw nothing more (hashes of batches the records trained on)."""
+    import hashlib
+    digest = hashlib.sha256()
+    for task in ("copy", "copy-distinct", "reverse", "addition", "passkey"):
+        for tensor in tasks_lib.make_batch(task, [1, 4, 7, 3], torch.Generator().manual_seed(1)):
+            digest.update(tensor.numpy().tobytes())
+    assert digest.hexdigest()[:16] == OLD_BATCHES
 
 
 def test_copy_distinct_stops_at_the_alphabet():

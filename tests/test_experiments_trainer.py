@@ -190,3 +190,25 @@ def test_resume_and_out_refuse_what_they_cannot_use(tmp_path, capsys, monkeypatc
     with pytest.warns(UserWarning, match="holds no checkpoint.pt: this run starts from step 0"):
         results = train(run)
     assert results["provenance"]["resumed_from_step"] == 0
+
+
+def test_a_coupled_task_hands_its_position_ids_to_the_model_in_training_and_evaluation(tmp_path, monkeypatch):
+    """Every forward of a coupled run gets the task's ids (offsets up to max_offset), and evaluation reports exact
+    match, token accuracy and exact match given the answer's length side by side."""
+    seen = []
+    forward = GPT.forward
+
+    def recording(self, idx, position_ids=None):
+        seen.append(position_ids)
+        return forward(self, idx, position_ids)
+
+    monkeypatch.setattr(GPT, "forward", recording)
+    run = tiny_run(tmp_path, task="reverse-coupled", model=dict(TINY, pattern="R", max_seq_len=64), max_offset=9,
+                   steps=4, eval_every=4, out_dir=None)
+    final = train(run)["final"]
+    assert seen and all(ids is not None for ids in seen)
+    assert max(int(ids[:, 0].max()) for ids in seen) > 0       # reverse puts BOS at the offset: some are not 0
+    assert set(final) >= {"accuracy_by_size", "token_accuracy_by_size", "given_length_accuracy_by_size"}
+    for size in ("4", "8"):
+        assert final["accuracy_by_size"][size] <= final["given_length_accuracy_by_size"][size]
+        assert final["accuracy_by_size"][size] <= final["token_accuracy_by_size"][size]

@@ -19,7 +19,7 @@ from . import corpus as corpus_lib
 from . import tasks as tasks_lib
 from .model import GPTConfig
 
-TASK_NAMES = ("text",) + tasks_lib.TASKS
+TASK_NAMES = ("text",) + tuple(tasks_lib.TASKS)
 
 # The algorithmic tasks need many more (and larger) batches of short sequences than the text task, and a narrower
 # model to afford them: a preset's "tasks" entry overrides its values (and its model fields) for one task.
@@ -30,7 +30,8 @@ CPU_TASKS: dict[str, dict[str, Any]] = {
     task: dict(model=dict(n_layer=4, n_embd=64, n_head=4), steps=steps, batch_size=64, lr=3e-3, warmup=30,
                eval_every=steps, eval_batches=4, **extra)
     for task, steps, extra in [("copy", 600, {}), ("copy-distinct", 600, {}), ("reverse", 600, {}),
-                               ("addition", 1000, {"train_max_size": 2}), ("passkey", 400, {})]
+                               ("addition", 1000, {"train_max_size": 2}), ("passkey", 400, {}),
+                               ("copy-coupled", 600, {}), ("reverse-coupled", 600, {}), ("copy-indexed", 600, {})]
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -102,6 +103,9 @@ class TrainConfig:
     eval_sizes: list[int] | None = _described(group="evaluation", help_text=(
         "tasks: problem sizes to report exact match at (default: 1 to twice the training size, then three and four "
         "times it)"))
+    max_offset: int | None = _described(group="schedule", help_text=(
+        "tasks that set their own position ids (copy-coupled, reverse-coupled): the ids of each example start at a "
+        "random offset from 0 to this, in training and evaluation (default: 0)"))
     lr: float | None = _described(group="schedule", help_text=(
         "peak learning rate, after warmup; it decays to a tenth along a cosine"))
     warmup: int | None = _described(group="schedule", help_text="steps of linear learning-rate warmup")
@@ -145,11 +149,11 @@ class TrainConfig:
                 raise ValueError(f"init_from must be 'grid:label' (a recorded run with shipped weights, e.g. "
                                  f"'extrapolation:RoPE/0'), got {self.init_from!r}")
         # Sizes and loop counts. A run that starts from trained weights may train no step at all: an evaluation.
-        zero_ok = ("warmup", "curriculum_steps", "checkpoint_every", "seed") + (
+        zero_ok = ("warmup", "curriculum_steps", "checkpoint_every", "seed", "max_offset") + (
             ("steps",) if self.init_from is not None else ())
         for name in ("steps", "batch_size", "seq_len", "train_max_size", "curriculum_steps", "warmup", "eval_every",
                      "eval_batches", "corpus_bytes", "checkpoint_every", "seed", "eval_position_bin", "eval_stride",
-                     "stop_after"):
+                     "stop_after", "max_offset"):
             if getattr(self, name) is not None or name in ("checkpoint_every", "seed"):
                 _checks.size(name, getattr(self, name), min_value=0 if name in zero_ok else 1)
         for name in ("eval_seq_lens", "eval_sizes"):
@@ -205,7 +209,7 @@ def vocab_size(task: str) -> int:
     """How many token ids the sequences of ``task`` use: the 256 byte values for text, the tasks' shared
     vocabulary for the algorithmic tasks."""
     _checks.choice("task", task, TASK_NAMES)
-    return corpus_lib.VOCAB_SIZE if task == "text" else tasks_lib.VOCAB_SIZE
+    return corpus_lib.VOCAB_SIZE if task == "text" else tasks_lib.TASKS[task].vocab_size
 
 
 def gpt_config(run: TrainConfig) -> GPTConfig:

@@ -73,14 +73,23 @@ def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, devic
                                                 first_target=max(run.eval_seq_lens), device=device)
                 for length in run.eval_seq_lens}
     else:
-        accuracy = {}
+        # Three scores side by side, so that neither a failure nor a success hides: exact match, the share of answer
+        # tokens right, and exact match when the decoder is told the answer's length (no EOS needed).
+        metrics = {"accuracy_by_size": tasks_lib.exact_match, "token_accuracy_by_size": tasks_lib.token_accuracy,
+                   "given_length_accuracy_by_size": tasks_lib.exact_match_given_length}
+        scores = {name: {} for name in metrics}
+        positioned = tasks_lib.TASKS[run.task].positions
         for size in run.eval_sizes:
-            hits = []
+            sums = dict.fromkeys(metrics, 0.0)
             for _ in range(run.eval_batches):
-                x, y = tasks_lib.make_batch(run.task, [size] * run.batch_size, gen)
-                hits.append(tasks_lib.exact_match(model(x.to(device)), y.to(device)).mean().item())
-            accuracy[str(size)] = sum(hits) / len(hits)
-        out["accuracy_by_size"] = accuracy
+                batch = tasks_lib.make_batch(run.task, [size] * run.batch_size, gen, max_offset=run.max_offset or 0,
+                                             with_positions=positioned)
+                logits = model(batch[0].to(device), batch[2].to(device) if positioned else None)
+                for name, metric in metrics.items():
+                    sums[name] += metric(logits, batch[1].to(device)).mean().item()
+            for name in metrics:
+                scores[name][str(size)] = sums[name] / run.eval_batches
+        out.update(scores)
     model.train()
     return out
 

@@ -80,13 +80,16 @@ def _largest_train_size(run: TrainConfig, step: int) -> int:
     return 1 + (run.train_max_size - 1) * step // run.curriculum_steps
 
 
-def _batch(run: TrainConfig, data: corpus_lib.Corpus | None, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global batch of a training step: a function of (seed, step) only."""
+def _batch(run: TrainConfig, data: corpus_lib.Corpus | None, step: int):
+    """The global batch of a training step, (inputs, targets, position ids or None for 0 … T − 1): a function of
+    (seed, step) only."""
     gen = torch.Generator().manual_seed(run.seed * 1_000_003 + step)
     if run.task == "text":
-        return corpus_lib.text_batch(data.train, run.batch_size, run.seq_len, gen)
+        return (*corpus_lib.text_batch(data.train, run.batch_size, run.seq_len, gen), None)
     sizes = torch.randint(1, _largest_train_size(run, step) + 1, (run.batch_size,), generator=gen).tolist()
-    return tasks_lib.make_batch(run.task, sizes, gen)
+    if tasks_lib.TASKS[run.task].positions:
+        return tasks_lib.make_batch(run.task, sizes, gen, max_offset=run.max_offset or 0, with_positions=True)
+    return (*tasks_lib.make_batch(run.task, sizes, gen), None)
 
 
 def _loss(logits: torch.Tensor, targets: torch.Tensor, count: int) -> torch.Tensor:
@@ -197,13 +200,14 @@ def train(run: TrainConfig, initial_weights: Mapping[str, torch.Tensor] | None =
     last_step = run.steps if run.stop_after is None else min(run.steps, run.stop_after)
     for step in range(start, last_step):
         t0 = time.perf_counter()
-        x, y = _batch(run, data, step)
+        x, y, positions = _batch(run, data, step)
         count = int((y != tasks_lib.IGNORE).sum())
         x, y = x[rank::world].to(device), y[rank::world].to(device)
+        inputs = (x,) if positions is None else (x, positions[rank::world].to(device))
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(run, step)
         with autocast:
-            loss = _loss(ddp(x), y, count) * world   # DDP averages gradients over ranks; × world undoes that
+            loss = _loss(ddp(*inputs), y, count) * world   # DDP averages gradients over ranks; × world undoes that
         # The scaler is a pass-through except under float16 (posbook.device.training_precision).
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)                   # clip the true gradients, not the scaled ones
