@@ -125,3 +125,24 @@ def test_unigram_bits_is_the_entropy_of_the_byte_frequencies():
     assert abs(corpus_lib.unigram_bits(torch.tensor([0, 0, 1, 2], dtype=torch.uint8)) - 1.5) < 1e-12
     with pytest.raises(ValueError, match="data must be a non-empty 1-D tensor"):
         corpus_lib.unigram_bits(torch.zeros(2, 3, dtype=torch.uint8))
+
+
+def test_random_position_ids_are_ordered_distinct_and_cover_the_range():
+    gen = torch.Generator().manual_seed(0)
+    ids = tasks_lib.random_position_ids(200, 6, 40, gen)
+    assert ids.shape == (200, 6) and bool((ids.diff(dim=-1) > 0).all())
+    assert int(ids.min()) >= 0 and int(ids.max()) <= 39
+    assert len(set(ids.flatten().tolist())) == 40        # short sequences still meet every id of the range
+    with pytest.raises(ValueError, match="^position_range must be at least t=6"):
+        tasks_lib.random_position_ids(2, 6, 5, gen)
+
+
+def test_random_positions_are_for_tasks_that_leave_ids_to_the_model():
+    run = TrainConfig(task="copy", preset="cpu", train_max_size=4, eval_sizes=[4, 8], random_positions=64)
+    from posbook.experiments.config import gpt_config
+    assert gpt_config(run).max_seq_len == 64           # room for learned embeddings of every id
+    with pytest.raises(ValueError, match=r"^random_positions must be at least the longest sequence \(19 tokens\)"):
+        TrainConfig(task="copy", preset="cpu", train_max_size=4, eval_sizes=[4, 8], random_positions=18).resolved()
+    for task in ("text", "copy-coupled"):
+        with pytest.raises(ValueError, match=f"^random_positions is for the algorithmic tasks .* not task '{task}'"):
+            TrainConfig(task=task, preset="cpu", random_positions=4096).resolved()

@@ -106,6 +106,9 @@ class TrainConfig:
     max_offset: int | None = _described(group="schedule", help_text=(
         "tasks that set their own position ids (copy-coupled, reverse-coupled): the ids of each example start at a "
         "random offset from 0 to this, in training and evaluation (default: 0)"))
+    random_positions: int | None = _described(group="schedule", help_text=(
+        "tasks: give every sequence, in training and evaluation, position ids drawn as an ordered random subset of "
+        "0 to this minus 1 (Ruoss et al. 2023), at least the longest sequence (default: 0, 1, 2, ...)"))
     lr: float | None = _described(group="schedule", help_text=(
         "peak learning rate, after warmup; it decays to a tenth along a cosine"))
     warmup: int | None = _described(group="schedule", help_text="steps of linear learning-rate warmup")
@@ -153,7 +156,7 @@ class TrainConfig:
             ("steps",) if self.init_from is not None else ())
         for name in ("steps", "batch_size", "seq_len", "train_max_size", "curriculum_steps", "warmup", "eval_every",
                      "eval_batches", "corpus_bytes", "checkpoint_every", "seed", "eval_position_bin", "eval_stride",
-                     "stop_after", "max_offset"):
+                     "stop_after", "max_offset", "random_positions"):
             if getattr(self, name) is not None or name in ("checkpoint_every", "seed"):
                 _checks.size(name, getattr(self, name), min_value=0 if name in zero_ok else 1)
         for name in ("eval_seq_lens", "eval_sizes"):
@@ -197,6 +200,14 @@ class TrainConfig:
             if limit is not None and size > limit:
                 raise ValueError(f"task {out.task!r} has problems of size at most {limit}: {name} must be <= "
                                  f"{limit}, got {size}")
+        if out.random_positions is not None:
+            if out.task == "text" or tasks_lib.TASKS[out.task].positions:
+                raise ValueError(f"random_positions is for the algorithmic tasks that leave position ids to the model, "
+                                 f"not task {out.task!r}")
+            longest = tasks_lib.sequence_length(out.task, max([out.train_max_size, *out.eval_sizes]))
+            if out.random_positions < longest:
+                raise ValueError(f"random_positions must be at least the longest sequence ({longest} tokens) to draw "
+                                 f"its ids from, got {out.random_positions}")
         if out.eval_seq_lens is None:
             out.eval_seq_lens = [out.seq_len, 2 * out.seq_len, 4 * out.seq_len]
         if out.eval_stride is not None and out.eval_stride > min(out.eval_seq_lens):
@@ -219,4 +230,6 @@ def gpt_config(run: TrainConfig) -> GPTConfig:
         longest = max([run.seq_len, *run.eval_seq_lens])
     else:
         longest = tasks_lib.sequence_length(run.task, max([run.train_max_size, *run.eval_sizes]))
+    # Random position ids reach random_positions − 1: learned absolute embeddings need a row for each.
+    longest = max(longest, run.random_positions or 0)
     return GPTConfig(**{"vocab_size": vocab_size(run.task), "max_seq_len": longest, **run.model})

@@ -84,7 +84,10 @@ def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, devic
             for _ in range(run.eval_batches):
                 batch = tasks_lib.make_batch(run.task, [size] * run.batch_size, gen, max_offset=run.max_offset or 0,
                                              with_positions=positioned)
-                logits = model(batch[0].to(device), batch[2].to(device) if positioned else None)
+                ids = batch[2] if positioned else None
+                if run.random_positions is not None:
+                    ids = tasks_lib.random_position_ids(run.batch_size, batch[0].shape[1], run.random_positions, gen)
+                logits = model(batch[0].to(device), None if ids is None else ids.to(device))
                 for name, metric in metrics.items():
                     sums[name] += metric(logits, batch[1].to(device)).mean().item()
             for name in metrics:

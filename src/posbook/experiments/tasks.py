@@ -230,6 +230,19 @@ def exact_match(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return (correct | ~answer).all(dim=-1).float()
 
 
+def random_position_ids(batch: int, t: int, position_range: int, generator: torch.Generator) -> torch.Tensor:
+    """Randomised position ids (Ruoss et al. 2023): for each of ``batch`` sequences of ``t`` tokens, an ordered
+    random subset of 0 … position_range − 1, [batch, t]. Trained on short sequences this way, a model has met every
+    id a longer test sequence uses, and only the order of ids (not their gaps) carries the token order."""
+    _checks.size("batch", batch)
+    _checks.size("t", t)
+    _checks.size("position_range", position_range)
+    _checks.generator("generator", generator, optional=False)
+    if position_range < t:
+        raise ValueError(f"position_range must be at least t={t} (t distinct ids), got {position_range}")
+    return torch.stack([torch.randperm(position_range, generator=generator)[:t].sort().values for _ in range(batch)])
+
+
 def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Per example: the fraction of its answer tokens (EOS included) that are the argmax. Arguments as for
     :func:`exact_match` (NaN and ±inf logits are scored, not refused); an example without answer tokens scores 1."""

@@ -89,7 +89,10 @@ def _batch(run: TrainConfig, data: corpus_lib.Corpus | None, step: int):
     sizes = torch.randint(1, _largest_train_size(run, step) + 1, (run.batch_size,), generator=gen).tolist()
     if tasks_lib.TASKS[run.task].positions:
         return tasks_lib.make_batch(run.task, sizes, gen, max_offset=run.max_offset or 0, with_positions=True)
-    return (*tasks_lib.make_batch(run.task, sizes, gen), None)
+    x, y = tasks_lib.make_batch(run.task, sizes, gen)
+    if run.random_positions is None:
+        return x, y, None
+    return x, y, tasks_lib.random_position_ids(len(x), x.shape[1], run.random_positions, gen)
 
 
 def _loss(logits: torch.Tensor, targets: torch.Tensor, count: int) -> torch.Tensor:
