@@ -146,3 +146,12 @@ def test_random_positions_are_for_tasks_that_leave_ids_to_the_model():
     for task in ("text", "copy-coupled"):
         with pytest.raises(ValueError, match=f"^random_positions is for the algorithmic tasks .* not task '{task}'"):
             TrainConfig(task=task, preset="cpu", random_positions=4096).resolved()
+
+
+def test_a_coupled_run_has_an_embedding_row_for_every_id_it_draws():
+    from posbook.experiments.config import gpt_config
+    run = TrainConfig(task="copy-coupled", preset="cpu", train_max_size=4, eval_sizes=[4, 8], max_offset=100)
+    assert gpt_config(run).max_seq_len == 100 + 8 + 2
+    x, y, ids = tasks_lib.make_batch("copy-coupled", [8] * 50, torch.Generator().manual_seed(0), max_offset=100,
+                                     with_positions=True)
+    assert int(ids[:, :-1].max()) < 110      # the padding after the longest example is never read

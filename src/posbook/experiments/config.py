@@ -230,6 +230,9 @@ def gpt_config(run: TrainConfig) -> GPTConfig:
         longest = max([run.seq_len, *run.eval_seq_lens])
     else:
         longest = tasks_lib.sequence_length(run.task, max([run.train_max_size, *run.eval_sizes]))
-    # Random position ids reach random_positions − 1: learned absolute embeddings need a row for each.
+    # Learned absolute embeddings need a row for every position id: random ids reach random_positions − 1, a coupled
+    # task's ids reach its offset + the largest size + 1.
     longest = max(longest, run.random_positions or 0)
+    if run.task != "text" and tasks_lib.TASKS[run.task].positions:
+        longest = max(longest, (run.max_offset or 0) + max([run.train_max_size, *run.eval_sizes]) + 2)
     return GPTConfig(**{"vocab_size": vocab_size(run.task), "max_seq_len": longest, **run.model})
