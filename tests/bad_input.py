@@ -487,6 +487,8 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.experiments.tasks.sequence_length": S(lambda: dict(task="copy", n=5)),
     "posbook.experiments.tasks.make_batch": S(lambda: dict(task="copy-coupled", sizes=[2, 3], generator=gen(),
                                                            max_offset=4, with_positions=True)),
+    "posbook.experiments.trainer.peak_flops": S(lambda: dict(device="cpu")),
+    "posbook.experiments.trainer.git_sha": S(dict),
     "posbook.experiments.tasks.random_position_ids": S(lambda: dict(batch=2, t=5, position_range=12, generator=gen())),
     "posbook.experiments.tasks.Example": S(lambda: dict(tokens=[16, 3, 17, 3, 18], answer_start=3,
                                                         positions=[0, 1, 2, 1, 2]), positions=NULLABLE),

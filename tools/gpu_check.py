@@ -122,10 +122,10 @@ def step_device(ctx: dict) -> dict:
 
     import posbook as pb
     from posbook.device import training_precision
-    from posbook.experiments.trainer import _git_sha
+    from posbook.experiments.trainer import git_sha
     device = ctx["device"]
     out = {"python": platform.python_version(), "torch": torch.__version__, "device": str(device),
-           "cuda": torch.version.cuda, "posbook_commit": _git_sha()}  # the code that runs
+           "cuda": torch.version.cuda, "posbook_commit": git_sha()}  # the code that runs
     if device.type == "cuda":
         out |= {"name": torch.cuda.get_device_name(device), "capability": list(torch.cuda.get_device_capability(device)),
                 "memory_gib": round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1)}
@@ -214,7 +214,7 @@ def step_throughput(ctx: dict) -> dict:
     from posbook.device import training_precision
     from posbook.experiments.model import GPT, GPTConfig
     from posbook.experiments.config import PRESETS
-    from posbook.experiments.trainer import _peak_flops
+    from posbook.experiments.trainer import peak_flops
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from model_throughput import PlainGPT, tokens_per_s
 
@@ -247,7 +247,7 @@ def step_throughput(ctx: dict) -> dict:
     out["goal"] = "posbook >= 0.95 x plain"
     out["goal_met"] = out["ratio"] >= 0.95
     if device.type == "cuda":
-        peak = _peak_flops(device)
+        peak = peak_flops(device)
         out["peak_flops"] = peak
         if peak:
             out["mfu_posbook"] = flops * out["tokens_per_s_posbook"] / peak

@@ -41,8 +41,10 @@ PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A
               "T4": 65e12, "V100": 125e12}
 
 
-def _peak_flops(device: torch.device) -> float | None:
-    """The dense bf16 peak of a CUDA device from PEAK_FLOPS by its name, None for an unknown GPU or not a GPU."""
+def peak_flops(device: torch.device | str) -> float | None:
+    """The dense bf16 peak of a CUDA device from PEAK_FLOPS by its name, None for an unknown GPU or not a GPU: the
+    denominator of a run's MFU."""
+    device = _checks.device("device", device)
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)
@@ -102,7 +104,9 @@ def _loss(logits: torch.Tensor, targets: torch.Tensor, count: int) -> torch.Tens
                            reduction="sum") / count
 
 
-def _git_sha() -> str:
+def git_sha() -> str:
+    """The commit checked out where posbook is installed from (``unknown`` outside a git checkout): the provenance a
+    record gives for the code that ran."""
     try:
         root = Path(__file__).resolve().parents[3]
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
@@ -158,7 +162,7 @@ def train(run: TrainConfig, initial_weights: Mapping[str, torch.Tensor] | None =
     if out_dir is not None and rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
 
-    git_sha = _git_sha()        # the commit checked out when the run starts (the code that runs)
+    git_sha_now = git_sha()    # the commit checked out when the run starts (the code that runs)
     data = corpus_lib.load_corpus(run.corpus_bytes) if run.task == "text" else None
     config = gpt_config(run)
     torch.manual_seed(run.seed)
@@ -251,13 +255,13 @@ def train(run: TrainConfig, initial_weights: Mapping[str, torch.Tensor] | None =
     tokens_per_s = tokens_seen / train_time if train_time else None
     mfu = None
     if device.type == "cuda" and tokens_per_s:
-        peak = _peak_flops(device)
+        peak = peak_flops(device)
         seq = run.seq_len if run.task == "text" else config.max_seq_len
         mfu = model.flops_per_token(seq) * tokens_per_s / (peak * world) if peak else None
     results = {
         "final": final, "history": history, "tokens_per_s": tokens_per_s, "mfu": mfu,
         "model": config.to_dict(), "run": asdict(run), "n_params": model.num_params(),
-        "provenance": {"git_sha": git_sha, "torch": torch.__version__, "python": sys.version.split()[0],
+        "provenance": {"git_sha": git_sha_now, "torch": torch.__version__, "python": sys.version.split()[0],
                        "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
                        "world_size": world, "preset": run.preset, "seed": run.seed,
                        "corpus_sha256": data.sha256 if data else None, "wall_time_s": time.time() - t_start,
