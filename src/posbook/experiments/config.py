@@ -104,8 +104,9 @@ class TrainConfig:
         "tasks: problem sizes to report exact match at (default: 1 to twice the training size, then three and four "
         "times it)"))
     max_offset: int | None = _described(group="schedule", help_text=(
-        "tasks that set their own position ids (copy-coupled, reverse-coupled): the ids of each example start at a "
-        "random offset from 0 to this, in training and evaluation (default: 0)"))
+        "tasks that set their own position ids (copy-coupled, reverse-coupled): the ids of each training example "
+        "start at a random offset from 0 to this; evaluation draws offsets that keep the ids of longer problems "
+        "inside the range training reached (default: 0)"))
     random_positions: int | None = _described(group="schedule", help_text=(
         "tasks: give every sequence, in training and evaluation, position ids drawn as an ordered random subset of "
         "0 to this minus 1 (Ruoss et al. 2023), at least the longest sequence (default: 0, 1, 2, ...)"))

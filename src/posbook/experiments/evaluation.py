@@ -81,8 +81,12 @@ def evaluate(model: GPT, run: TrainConfig, data: corpus_lib.Corpus | None, devic
         positioned = tasks_lib.TASKS[run.task].positions
         for size in run.eval_sizes:
             sums = dict.fromkeys(metrics, 0.0)
+            # A coupled task's ids run from its offset to offset + size + 1: evaluation draws offsets that keep them
+            # inside the range training reached (max_offset + train_max_size + 1), so a longer problem meets no id
+            # an absolute embedding never trained.
+            max_offset = max(0, (run.max_offset or 0) + run.train_max_size - size)
             for _ in range(run.eval_batches):
-                batch = tasks_lib.make_batch(run.task, [size] * run.batch_size, gen, max_offset=run.max_offset or 0,
+                batch = tasks_lib.make_batch(run.task, [size] * run.batch_size, gen, max_offset=max_offset,
                                              with_positions=positioned)
                 ids = batch[2] if positioned else None
                 if run.random_positions is not None:
