@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from local_attention import timed
 from posbook.experiments.model import GPT, LAYER_CODES, GPTConfig
 
 
@@ -156,36 +157,24 @@ def bounds(args, columns) -> None:
         ratios = {code: [] for code in codes}
         for _ in range(args.rounds):
             for code in codes:
-                base = seconds(lambda: layers["R"](x).sum().backward(), args.steps)
-                ratios[code].append(base / seconds(lambda: layers[code](x).sum().backward(), args.steps))
+                base = timed(lambda: layers["R"](x).sum().backward(), args.steps, warmup=2)
+                ratios[code].append(base / timed(lambda: layers[code](x).sum().backward(), args.steps, warmup=2))
         for code in codes:
             rows[code].append(statistics.median(ratios[code]))
         d = args.n_embd // args.n_head
         q, k, v = (torch.randn(args.batch, args.n_head, t, d, requires_grad=True) for _ in range(3))
         bias = torch.randn(args.n_head, t, t).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
         bias_grad = bias.clone().requires_grad_()
-        causal = seconds(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward(), args.steps)
-        kernels["bias, no grad"].append(causal / seconds(
-            lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias).sum().backward(), args.steps))
-        kernels["bias with grad"].append(causal / seconds(
-            lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias_grad).sum().backward(), args.steps))
+        causal = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward(), args.steps, warmup=2)
+        kernels["bias, no grad"].append(causal / timed(
+            lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias).sum().backward(), args.steps, warmup=2))
+        kernels["bias with grad"].append(causal / timed(
+            lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias_grad).sum().backward(), args.steps, warmup=2))
     for code in codes:
         print(f"{code:5s}" + "".join(f"  {r:10.2f}" for r in rows[code]))
     print("\nSDPA alone, forward + backward: causal kernel's time / with a [H, T, T] additive mask")
     for name, values in kernels.items():
         print(f"{name:16s}" + "".join(f"  {r:10.2f}" for r in values))
-
-
-def seconds(fn, steps: int, warmup: int = 2) -> float:
-    """Median seconds of ``fn()`` over ``steps`` calls after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:

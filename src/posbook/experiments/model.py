@@ -299,9 +299,10 @@ def _rope_tables(rope: dict, length: int, seq_len: int | None = None) -> tuple[t
 
 
 class _RotaryAt(nn.Module):
-    """A layer's rope spectrum (inv_freq as a buffer, so it moves with the model, and the attention factor), for
-    (cos, sin) at position ids other than 0 … T − 1: [P, T] ids → [P, T, rotary_dim] each, through the unchecked
-    :func:`posbook.rope.cos_sin_at` (equal, element for element, to the tables of the same positions)."""
+    """A layer's rope spectrum (inv_freq as a buffer, so it moves with the model, and the attention factor), parsed
+    once: (cos, sin) at any position ids, [..., T] → [..., T, rotary_dim] each, through the unchecked
+    :func:`posbook.rope.cos_sin_at`. The layer's tables for 0 … max_seq_len − 1 come from it too, so ids
+    0 … T − 1 give the tables' own values."""
 
     def __init__(self, rope: dict):
         super().__init__()
@@ -359,10 +360,10 @@ class Attention(nn.Module):
         self.dynamic_rope = rope if self.rotary and _is_dynamic(rope) else None
         self._dynamic_cache: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         if self.rotary and self.dynamic_rope is None:
-            cos, sin = _rope_tables(rope, config.max_seq_len)
+            self.rotary_at = _RotaryAt(rope)
+            cos, sin = self.rotary_at(torch.arange(config.max_seq_len))
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
-            self.rotary_at = _RotaryAt(rope)
         self.bias = None if kind.bias is None else kind.bias(config)
         if config.sinks:
             self.sink = nn.Parameter(torch.zeros(h))
@@ -452,10 +453,10 @@ class DifferentialLayer(nn.Module):
         if _is_dynamic(rope):
             raise ValueError("layer code D (differential attention) takes no dynamic rope type in this model")
         self.attn = DiffAttention(config.n_embd, config.n_head // 2, layer=layer, head_norm=config.diff_head_norm)
-        cos, sin = _rope_tables(rope, config.max_seq_len)
+        self.rotary_at = _RotaryAt(rope)
+        cos, sin = self.rotary_at(torch.arange(config.max_seq_len))
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
-        self.rotary_at = _RotaryAt(rope)
         self.recorder: list | None = None
         self.n_embd, self.max_seq_len = config.n_embd, config.max_seq_len
 
