@@ -15,6 +15,12 @@ PAGES = sorted(str(p.relative_to(HTML)) for p in HTML.rglob("*.html")
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 # The search fields and buttons a reader could see; the search dialog's own field shows only once one is pressed.
 SEARCH_CONTROLS = "input[type=search], .search-button__button"
+# Text that runs past a phone's screen outside any scrolling box (code cells and wide tables scroll inside the column).
+RUNS_SIDEWAYS = ("() => [...document.querySelectorAll('article *')].filter(e => { const r = e.getBoundingClientRect();"
+                 " if (r.width === 0 || r.right <= innerWidth + 1) return false;"
+                 " for (let p = e.parentElement; p; p = p.parentElement)"
+                 " if (['auto', 'scroll', 'hidden'].includes(getComputedStyle(p).overflowX)) return false;"
+                 " return true; }).slice(0, 3).map(e => `${e.tagName} ${(e.textContent || '').trim().slice(0, 50)}`)")
 VISIBLE_SEARCH = (f"() => [...document.querySelectorAll('{SEARCH_CONTROLS}')]"
                   ".filter(e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden').length")
 
@@ -72,6 +78,8 @@ def test_page(page_path, book_url, browser):
             " const r = t.getBoundingClientRect().right - d.getBoundingClientRect().right;"
             " d.open = false; return r; }).filter(r => r > 1)")
         assert overflow == [], f"{page_path}: the claims table runs {overflow} px past the column at {width} px"
+        sideways = page.evaluate(RUNS_SIDEWAYS)
+        assert sideways == [], f"{page_path}: at {width} px these run past the screen, so the page scrolls sideways: {sideways}"
         # One way to search (the sidebar's field on a desktop, the header's button on a phone), and it opens search.
         assert page.evaluate(VISIBLE_SEARCH) == 1, f"{page_path}: not exactly one search field or button at {width} px"
         page.locator(SEARCH_CONTROLS).locator("visible=true").click()
