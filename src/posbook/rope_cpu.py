@@ -31,7 +31,7 @@ _MIN_FAST_BYTES = 2 << 20
 _SERIAL_NUMEL = 32768
 
 # With one intra-op thread the blocks can be larger: about this many bytes of x each. A block's x, output, scratch and
-# cos/sin slices (about 5x this) then stay in the 2 MiB L2 across the four passes made over it, so main memory sees x
+# cos/sin slices (about 5x this) then stay in a core's 1 MiB L2 across the four passes made over it, so main memory sees x
 # read once and the output written once, as in a copy; fewer, larger blocks save Python overhead (several µs per
 # block). Measured with benchmarks/rope_apply.py (2-core AVX-512 machine, float32 [8, 16, 2048, 128]): 128-256 KiB
 # within noise of each other, 384 KiB and more about 5% slower. The complex multiply makes a single pass, so its
