@@ -66,3 +66,19 @@ def test_a_disabled_scaler_leaves_a_training_step_bit_identical():
             opt.zero_grad(set_to_none=True)
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert torch.equal(weights[0], weights[1])
+
+
+def test_the_device_check_asks_torch_nothing_inside_a_compiled_graph():
+    """Traced code takes its device from a tensor already on it: counting GPUs there (torch.cuda.device_count)
+    breaks a fullgraph compile on a GPU machine, as the ALiBi and T5 layers' relative positions did. Here, with no
+    GPU, the uncompiled check refuses 'cuda' while the traced one passes it through."""
+    from posbook import _checks
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA device"):
+            _checks.device("device", "cuda")
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def traced(x):
+        return x + float(_checks.device("device", "cuda").type == "cuda")
+
+    assert traced(torch.zeros(2)).tolist() == [1.0, 1.0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -114,9 +116,31 @@ def test_corpus_split_is_deterministic_and_hashed(tmp_path):
     assert torch.equal(x[:, 1:], y[:, :-1])
 
 
-def test_stdlib_corpus_exists_here():
-    corpus = corpus_lib.load_corpus(max_bytes=300_000)
-    assert corpus.n_files > 10 and len(corpus.sha256) == 64
+def test_the_running_pythons_standard_library_is_a_corpus_too():
+    corpus = corpus_lib.load_corpus(max_bytes=300_000, root=corpus_lib.stdlib_root())
+    assert corpus.n_files > 10 and len(corpus.sha256) == 64 and corpus.root == str(corpus_lib.stdlib_root())
+
+
+def test_the_shipped_corpus_is_the_one_every_text_record_was_trained_on():
+    """Whatever Python runs the tests (Colab's 3.12 has another standard library), the shipped files give the
+    bytes the records hold the hash of."""
+    from posbook.experiments import store
+    checked = 0
+    for path in sorted(store.SHIPPED_RECORDS.glob("*.json")):
+        for label, entry in json.loads(path.read_text())["runs"].items():
+            sha = entry["provenance"].get("corpus_sha256")
+            if entry["run"]["task"] == "text" and sha and entry["provenance"]["device"] == "cpu":
+                assert corpus_lib.load_corpus(entry["run"]["corpus_bytes"]).sha256 == sha, (path.name, label)
+                checked += 1
+    assert checked > 100
+    shipped = corpus_lib.load_corpus(400_000)
+    assert shipped.root.endswith("(shipped)") and shipped.n_files > 10
+
+
+def test_a_corpus_too_small_to_split_is_refused_by_name(tmp_path):
+    (tmp_path / "only.py").write_text("x = 1\n")
+    with pytest.raises(ValueError, match="leave the corpus of .* too small to split"):
+        corpus_lib.load_corpus(root=tmp_path)
 
 
 def test_unigram_bits_is_the_entropy_of_the_byte_frequencies():

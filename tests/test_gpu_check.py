@@ -55,7 +55,9 @@ def test_the_dry_run_passes_every_step_and_writes_what_the_gpu_run_writes(tmp_pa
 def test_the_gpu_run_refuses_a_machine_without_cuda_and_bad_arguments(tmp_path):
     for args, message in [([str(tmp_path / "o")], "no CUDA device here"),
                           ([], "OUT (the output folder) is required"),
-                          ([str(tmp_path / "o"), "--budget-s", "0"], "--budget-s must be positive")]:
+                          ([str(tmp_path / "o"), "--budget-s", "0"], "--budget-s must be positive"),
+                          ([str(tmp_path / "o"), "--steps", "device,recrods"], "unknown steps ['recrods']"),
+                          ([str(tmp_path / "o"), "--records-share", "1.5"], "--records-share must be in")]:
         done = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True,
                               timeout=120, env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""})
         assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]

@@ -3,6 +3,7 @@ flex_attention local layers against the reference and against dense causal atten
 throughput and MFU against a plain SDPA GPT, the GPU-scale Part V records, and the Part V chapters executed there.
 
     python tools/gpu_check.py OUT [--wheels DIR] [--budget-s 470]   # on a GPU machine, from the repository root
+    python tools/gpu_check.py OUT --steps device,records,notebooks  # some of the steps (see STEPS)
     python tools/gpu_check.py OUT --dry-run                          # the same steps, shrunk, on the CPU (tested)
     python tools/gpu_check.py --fetch-wheels DIR                     # here: the Python 3.12 wheels it lacks there
 
@@ -50,7 +51,7 @@ WHEELS = ["nbclient", "nbformat", "jupyter_client", "jupyter_core", "ipykernel",
           "pure_eval", "ipywidgets", "widgetsnbextension", "jupyterlab_widgets"]
 WHEEL_PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
                    "manylinux1_x86_64"]
-# The share of the budget the records may take before no new run starts.
+# The share of the budget the records may take before no new run starts (--records-share).
 RECORDS_SHARE = 0.35
 TILES = (128, 64)
 # The dry run trains these runs of each GPU grid, shrunk: a global and a local-layer model, then an evaluation and
@@ -259,7 +260,7 @@ def step_records(ctx: dict) -> dict:
     """Train the GPU-scale grids (the dry run: shrunk copies, into a scratch records folder) and copy the records
     to OUT."""
     from posbook.experiments import grids, store
-    deadline = time.monotonic() + ctx["budget"] * RECORDS_SHARE
+    deadline = time.monotonic() + ctx["budget"] * ctx["records_share"]
     out = {}
     if ctx["dry_run"]:
         # Shrunk copies stand in for the grids, in this process (the records go to a scratch folder): the store reads
@@ -397,7 +398,8 @@ def _junit_counts(xml: Path) -> dict:
     return counts
 
 
-def run(out: Path, *, dry_run: bool, budget: float, wheels: Path | None) -> int:
+def run(out: Path, *, dry_run: bool, budget: float, wheels: Path | None, steps: list[str] | None = None,
+        records_share: float = RECORDS_SHARE) -> int:
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "gpu_check.log")
@@ -417,9 +419,11 @@ def run(out: Path, *, dry_run: bool, budget: float, wheels: Path | None) -> int:
             raise SystemExit("no CUDA device here: run on a GPU machine, or add --dry-run")
         device = torch.device("cuda")
     ctx = {"out": out, "log": log, "device": device, "dry_run": dry_run, "budget": budget,
-           "left": lambda: budget - (time.monotonic() - started)}
+           "records_share": records_share, "left": lambda: budget - (time.monotonic() - started)}
     report: dict[str, Any] = {"dry_run": dry_run, "budget_s": budget, "steps": {}}
     for name, step, needs in STEPS:
+        if steps is not None and name not in steps:
+            continue
         needs = 0 if dry_run else needs
         if ctx["left"]() < needs:
             report["steps"][name] = {"status": "skipped", "why": f"{ctx['left']():.0f} s left, needs {needs:.0f} s"}
@@ -454,6 +458,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="the same steps shrunk, on the CPU")
     parser.add_argument("--budget-s", type=float, default=470.0, help="wall-clock budget of the whole run (s)")
     parser.add_argument("--wheels", type=Path, help="a folder of wheels to install first (see --fetch-wheels)")
+    parser.add_argument("--steps", help=f"comma-separated steps to run, of {','.join(n for n, _, _ in STEPS)} "
+                                        "(default: all; the notebooks step needs start_notebooks)")
+    parser.add_argument("--records-share", type=float, default=RECORDS_SHARE,
+                        help="the share of the budget after which the records start no new run")
     parser.add_argument("--fetch-wheels", type=Path, metavar="DIR",
                         help="download the Python 3.12 wheels the GPU machine lacks into DIR, then stop")
     # Internal: one chapter's execution, in a process of its own (step_start_notebooks).
@@ -468,7 +476,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("OUT (the output folder) is required unless --fetch-wheels is given")
     if args.budget_s <= 0:
         parser.error(f"--budget-s must be positive, got {args.budget_s}")
-    return run(args.out, dry_run=args.dry_run, budget=args.budget_s, wheels=args.wheels)
+    if not 0 < args.records_share <= 1:
+        parser.error(f"--records-share must be in (0, 1], got {args.records_share}")
+    steps = None
+    if args.steps is not None:
+        steps = args.steps.split(",")
+        unknown = sorted(set(steps) - {name for name, _, _ in STEPS})
+        if unknown:
+            parser.error(f"--steps names unknown steps {unknown}; the steps are {[n for n, _, _ in STEPS]}")
+    return run(args.out, dry_run=args.dry_run, budget=args.budget_s, wheels=args.wheels, steps=steps,
+               records_share=args.records_share)
 
 
 if __name__ == "__main__":

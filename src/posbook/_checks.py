@@ -153,6 +153,10 @@ def device(name: str, value: Any) -> torch.device:
         found = torch.device(value)
     except RuntimeError:
         raise ValueError(f"{name} must name a torch device such as 'cpu', 'cuda' or 'mps', got {value!r}") from None
+    if torch.compiler.is_compiling():
+        # Traced inside a compiled model, the device comes from a tensor that is already on it; asking torch how many
+        # GPUs there are would break the graph (fullgraph=True refuses).
+        return found
     if found.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0 or (found.index is not None and found.index >= count):
