@@ -1,6 +1,8 @@
-"""Everything posbook checks on a GPU, in one run of at most 8 minutes: the device, the CUDA unit tests, compiled
+"""Everything posbook checks on a GPU, within a time budget: the device, the CUDA unit tests, compiled
 flex_attention local layers against the reference and against dense causal attention, the colab preset's
 throughput and MFU against a plain SDPA GPT, the GPU-scale Part V records, and the Part V chapters executed there.
+On one H200 the two grids alone take about 8 minutes (benchmarks/README.md), so under a 10-minute limit the records
+go in a run of their own (``--steps device,records --records-share 1``) and the rest in another.
 
     python tools/gpu_check.py OUT [--wheels DIR] [--budget-s 470]   # on a GPU machine, from the repository root
     python tools/gpu_check.py OUT --steps device,records,notebooks  # some of the steps (see STEPS)
