@@ -478,6 +478,7 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.experiments.store.gpu_records": S(lambda: dict(grid="extrapolation")),
     # experiments: grids
     "posbook.experiments.grids.length_generalisation": S(dict),
+    "posbook.experiments.grids.length_controls": S(dict),
     "posbook.experiments.grids.position_comparison": S(dict),
     "posbook.experiments.grids.long_context": S(dict),
     "posbook.experiments.grids.extrapolation_run": S(lambda: dict(model={"pattern": "R"}, seed=1)),

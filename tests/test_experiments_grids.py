@@ -58,3 +58,24 @@ def test_the_gpu_scale_grids_train_the_colab_model_at_four_times_the_length():
 def test_every_run_that_ships_weights_is_a_run_of_its_grid():
     for grid, labels in grids.GRID_WEIGHTS.items():
         assert labels <= set(grids.runs(grid)), grid
+
+
+def test_the_length_controls_change_ids_or_format_and_their_ablations_one_thing_each():
+    runs = grids.runs("length_controls")
+    for control, spec in grids.LENGTH_CONTROLS.items():
+        for family, task in zip(("copy", "reverse"), spec["tasks"]):
+            for seed in grids.SEEDS:
+                run = runs[f"{family}/{control}/{seed}"].resolved()
+                assert (run.task, run.seed, run.train_max_size, run.steps) == (task, seed, 8, spec["steps"])
+                assert run.model == spec["model"]
+    assert runs["copy/random ids/0"].resolved().random_positions >= max(
+        grids.LENGTH_CONTROLS["random ids"]["eval_sizes"]) * 2 + 3       # the longest test sequence's ids
+    for control, changes in grids.CONTROL_ABLATIONS.items():
+        base = runs[f"copy/{control}/0"].resolved()
+        for name, change in changes.items():
+            run = runs[f"copy/{control} ({name})/0"].resolved()
+            differs = {field for field in ("model", "steps", "random_positions", "task", "seed")
+                       if getattr(run, field) != getattr(base, field)}
+            assert len(differs) == 1 and differs <= {"model", "steps", "random_positions"}, (name, differs)
+            if differs == {"model"}:
+                assert len({k for k in run.model if run.model[k] != base.model.get(k)}) == 1, name

@@ -81,6 +81,19 @@ def test_attention_weights_match_attention_rows_entropy():
     torch.testing.assert_close(-(w * logs).sum(-1), probes.attention_rows(model, idx)["entropy"])
 
 
+@pytest.mark.parametrize("pattern", ["R", "A"])
+def test_attention_weights_read_the_position_ids_they_are_given(pattern):
+    """Shifting every id by the same amount leaves a relative scheme's weights alone; ids in another order
+    change them; the default is 0 … T − 1."""
+    idx = torch.randint(0, 24, (2, 9), generator=torch.Generator().manual_seed(3))
+    model = _small_model(pattern)
+    base = probes.attention_weights(model, idx)
+    torch.testing.assert_close(probes.attention_weights(model, idx, torch.arange(9)), base, rtol=0, atol=0)
+    torch.testing.assert_close(probes.attention_weights(model, idx, torch.arange(9) + 11), base, rtol=0, atol=1e-6)
+    shuffled = torch.tensor([0, 5, 1, 7, 2, 3, 8, 4, 6])
+    assert (probes.attention_weights(model, idx, shuffled) - base).abs().max() > 1e-3
+
+
 def test_attention_weights_keeps_training_mode():
     model = _small_model("N").train()
     probes.attention_weights(model, torch.zeros(1, 4, dtype=torch.long))

@@ -28,6 +28,9 @@ def test_tasks_have_the_right_answers():
                     assert len(set(answer)) == n
             elif task in ("reverse", "reverse-coupled"):
                 assert answer == prompt[1:-1][::-1]
+            elif task == "reverse-indexed":       # (label, item) pairs, from the last label down
+                pairs = list(zip(prompt[1:-1:2], prompt[2:-1:2]))
+                assert answer == [token for pair in pairs[::-1] for token in pair]
             elif task == "addition":
                 a, b = prompt[1:n + 1], prompt[n + 2:2 * n + 2]
                 value = lambda digits: sum(d * 10 ** i for i, d in enumerate(digits))  # noqa: E731
@@ -76,6 +79,10 @@ def test_index_labels_rise_and_the_answer_repeats_them():
     assert tokens[22:42] == tokens[1:21]
     with pytest.raises(ValueError, match="sizes entries must be <= 64, got 65"):
         tasks_lib.make_batch("copy-indexed", [65], gen)
+    reverse = tasks_lib._example("reverse-indexed", 10, gen).tokens
+    assert reverse[22:42:2] == sorted(reverse[1:21:2], reverse=True) and reverse[22:24] == reverse[19:21]
+    with pytest.raises(ValueError, match="task 'reverse-indexed' has problems of size at most 64: got 65"):
+        tasks_lib._example("reverse-indexed", 65, gen)
 
 
 def test_new_tasks_leave_the_old_tasks_batches_alone():

@@ -31,7 +31,8 @@ CPU_TASKS: dict[str, dict[str, Any]] = {
                eval_every=steps, eval_batches=4, **extra)
     for task, steps, extra in [("copy", 600, {}), ("copy-distinct", 600, {}), ("reverse", 600, {}),
                                ("addition", 1000, {"train_max_size": 2}), ("passkey", 400, {}),
-                               ("copy-coupled", 600, {}), ("reverse-coupled", 600, {}), ("copy-indexed", 600, {})]
+                               ("copy-coupled", 600, {}), ("reverse-coupled", 600, {}), ("copy-indexed", 600, {}),
+                               ("reverse-indexed", 600, {})]
 }
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -65,6 +65,56 @@ def length_generalisation() -> dict[str, TrainConfig]:
     return runs
 
 
+# Chapter 15's positive controls: the published recipes that make a small transformer copy past its training
+# length change the position ids (coupling: Cho et al. 2024; randomised ids: Ruoss et al. 2023) or the data format
+# (index hints: Zhou et al. 2024), not the encoding function. Each is trained on copy and reverse with the grid's
+# protocol (sizes drawn from 1..8, learning rate 3e-3 after 30 warm-up steps) in batches of 32, with a model and
+# a number of steps of its own. Coupling is a one-layer model with one 64-wide head ("coupled, 4 heads" splits it
+# into four 16-wide ones); random ids draw from 0..79, more than the longest test sequence (size 32: 67 tokens).
+CONTROL_RANDOM_IDS = 80
+LENGTH_CONTROLS: dict[str, dict[str, Any]] = {
+    "coupled": dict(tasks=("copy-coupled", "reverse-coupled"), model=dict(pattern="R", n_layer=1, n_embd=64, n_head=1),
+                    steps=1500, max_offset=16, eval_sizes=[8, 16, 32, 64, 128]),
+    "coupled, 4 heads": dict(tasks=("copy-coupled", "reverse-coupled"),
+                             model=dict(pattern="R", n_layer=1, n_embd=64, n_head=4),
+                             steps=1500, max_offset=16, eval_sizes=[8, 16, 32, 64, 128]),
+    "random ids": dict(tasks=("copy", "reverse"), model=dict(pattern="R", n_layer=4, n_embd=64, n_head=1),
+                       steps=3000, random_positions=CONTROL_RANDOM_IDS, eval_sizes=[8, 16, 24, 32]),
+    "index hints": dict(tasks=("copy-indexed", "reverse-indexed"), model=dict(pattern="R", n_layer=4, n_embd=64, n_head=4),
+                        steps=3000, eval_sizes=[8, 16, 32, 64]),
+}
+
+
+# What limits the two controls that do not copy past L, one change at a time on copy, seed 0: the depth, the heads,
+# the id range and the steps of random ids; the encoding, the heads, the depth and the steps of index hints.
+CONTROL_ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "random ids": {"2 layers": dict(model=dict(n_layer=2)), "4 heads of 16": dict(model=dict(n_head=4)),
+                   "ids to 160": dict(random_positions=2 * CONTROL_RANDOM_IDS), "6,000 steps": dict(steps=6000)},
+    "index hints": {"NoPE": dict(model=dict(pattern="N")), "1 head of 64": dict(model=dict(n_head=1)),
+                    "2 layers": dict(model=dict(n_layer=2)), "6,000 steps": dict(steps=6000)},
+}
+
+
+def length_controls() -> dict[str, TrainConfig]:
+    """Chapter 15's controls × copy and reverse × three seeds (labels like ``"copy/coupled/0"``): trained on sizes
+    1..8 like the length_generalisation grid, each evaluated as far as its format allows; and the ablations of
+    CONTROL_ABLATIONS on copy, seed 0 (``"copy/random ids (2 layers)/0"``)."""
+    def control_run(spec: dict[str, Any], task: str, seed: int, change: dict[str, Any]) -> TrainConfig:
+        fields = {key: value for key, value in spec.items() if key not in ("tasks", "model")}
+        fields |= {key: value for key, value in change.items() if key != "model"}
+        return TrainConfig(task=task, preset="cpu", model={**spec["model"], **change.get("model", {})}, seed=seed,
+                           batch_size=32, eval_every=fields["steps"], **fields)
+
+    runs = {f"{family}/{control}/{seed}": control_run(spec, task, seed, {})
+            for control, spec in LENGTH_CONTROLS.items()
+            for family, task in zip(("copy", "reverse"), spec["tasks"]) for seed in SEEDS}
+    for control, changes in CONTROL_ABLATIONS.items():
+        spec = LENGTH_CONTROLS[control]
+        for name, change in changes.items():
+            runs[f"copy/{control} ({name})/0"] = control_run(spec, spec["tasks"][0], 0, change)
+    return runs
+
+
 # Seed 002's nanochat table trains at 2,048 tokens with local windows of 512 (a quarter of the context), then 256
 # and 128; the cpu preset trains at 128 bytes, so the same fractions are windows of 32, 16 and 8. Every variant
 # has QK-Norm in every layer, as nanochat does, unless its label says otherwise.
@@ -244,6 +294,7 @@ GRIDS: dict[str, Callable[[], dict[str, TrainConfig]]] = {
     "extrapolation": extrapolation,
     "context_extension": context_extension,
     "length_generalisation": length_generalisation,
+    "length_controls": length_controls,
     "position_comparison": position_comparison,
     "long_context": long_context,
     "passkey_extension": passkey_extension,
@@ -285,6 +336,7 @@ def runs(grid: str) -> dict[str, TrainConfig]:
 GRID_WEIGHTS: dict[str, set[str]] = {
     "extrapolation": {"RoPE/0", "RoPE/1", "RoPE/2", "APE-learned/0"},
     "length_generalisation": {*(f"copy/{scheme}/0" for scheme in LENGTH_SCHEMES), "copy/NoPE/1"},
+    "length_controls": {"copy/coupled/0", "reverse/coupled/0", "copy/coupled, 4 heads/0"},
     "long_context": {"RoPE/0", "RoPE/1", "RoPE/2", *(f"{variant}/0" for variant in PROBE_VARIANTS)},
     "extrapolation.colab": {"RoPE/0"},
 }

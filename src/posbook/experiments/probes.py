@@ -85,10 +85,11 @@ def attention_rows(model: torch.nn.Module, idx: torch.Tensor) -> dict[str, torch
     return {"entropy": torch.stack(entropies), "logit_norm": torch.stack(norms)}
 
 
-def attention_weights(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
+def attention_weights(model: torch.nn.Module, idx: torch.Tensor,
+                      position_ids: torch.Tensor | None = None) -> torch.Tensor:
     r"""The attention weights of every layer of a :class:`posbook.experiments.model.GPT` on one batch.
 
-    Runs ``model(idx)`` once without gradients inside
+    Runs ``model(idx, position_ids)`` once without gradients inside
     :meth:`~posbook.experiments.model.GPT.recording_attention` and recomputes each layer's weights with
     :func:`posbook.core.attention` (reference path), as :func:`attention_rows` does, so they are the weights
     of the real forward pass (biases, masks and temperature included). Rows that a causal mask hides are 0.
@@ -96,10 +97,12 @@ def attention_weights(model: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor
     Args:
         model: a posbook.experiments GPT.
         idx: [batch, T] token ids.
+        position_ids: the ids the model reads positions from ([T] or [batch, T]; default 0 … T − 1), as in
+            :meth:`~posbook.experiments.model.GPT.forward`.
     Returns:
         float64 tensor [n_layer, batch, n_head, T, T]; entry [l, b, h, t, s] is how much query t attends to key s.
     """
-    return torch.stack([weights.to(torch.float64) for weights, _ in _recorded_weights(model, idx)])
+    return torch.stack([weights.to(torch.float64) for weights, _ in _recorded_weights(model, idx, position_ids)])
 
 
 def _ids(name: str, value: Any, model: Any) -> torch.Tensor:
@@ -112,7 +115,8 @@ def _ids(name: str, value: Any, model: Any) -> torch.Tensor:
     return value
 
 
-def _recorded_weights(model: torch.nn.Module, idx: torch.Tensor) -> list[tuple[torch.Tensor, tuple]]:
+def _recorded_weights(model: torch.nn.Module, idx: torch.Tensor,
+                      position_ids: torch.Tensor | None = None) -> list[tuple[torch.Tensor, tuple]]:
     """One eval-mode forward of a GPT with its attention recorded: per layer, the weights recomputed by the
     reference attention path and the recorded ``(q, k, v, call)``."""
 
@@ -121,7 +125,7 @@ def _recorded_weights(model: torch.nn.Module, idx: torch.Tensor) -> list[tuple[t
     model.eval()
     try:
         with torch.no_grad(), model.recording_attention() as calls:
-            model(idx)
+            model(idx, position_ids)
             return [(reference_attention(q, k, v, return_weights=True, impl="reference", **call)[1], (q, k, v, call))
                     for q, k, v, call in calls]
     finally:

@@ -137,16 +137,19 @@ def _coupled(n, gen, max_offset, *, reverse=False):
                    [end, *inputs, start, *(inputs[::-1] if reverse else inputs), end])
 
 
-def _indexed(n, gen, max_offset):
+def _indexed(n, gen, max_offset, *, reverse=False):
     """Index hints (Zhou et al. 2023): every item carries a label, an ascending random draw from N_LABELS labels,
-    and the answer repeats label and item; finding the next item is then finding the next label's item, by content."""
+    and the answer repeats label and item (from the last label down, for reverse); finding the next item is then
+    finding the next label's item, by content."""
     if n > N_LABELS:
-        raise ValueError(f"task 'copy-indexed' has problems of size at most {N_LABELS}: got {n}")
+        raise ValueError(f"task '{'reverse' if reverse else 'copy'}-indexed' has problems of size at most "
+                         f"{N_LABELS}: got {n}")
     x = _symbols(n, gen)
     labels = (torch.randperm(N_LABELS, generator=gen)[:n].sort().values + LABEL).tolist()
-    pairs = [token for pair in zip(labels, x) for token in pair]
-    prompt = [BOS, *pairs, SEP]
-    return Example(prompt + pairs + [EOS], len(prompt))
+    pairs = list(zip(labels, x))
+    prompt = [BOS, *(token for pair in pairs for token in pair), SEP]
+    answer = [token for pair in (pairs[::-1] if reverse else pairs) for token in pair]
+    return Example(prompt + answer + [EOS], len(prompt))
 
 
 TASKS: dict[str, Task] = {
@@ -162,6 +165,9 @@ TASKS: dict[str, Task] = {
                             lambda n, g, o: _coupled(n, g, o, reverse=True), lambda n: 2 * n + 3, positions=True),
     "copy-indexed": Task("copy n labelled items: ascending random labels before each", _indexed, lambda n: 4 * n + 3,
                          max_size=N_LABELS, vocab_size=LABEL + N_LABELS + 1),
+    "reverse-indexed": Task("reverse n labelled items: the answer runs from the last label down",
+                            lambda n, g, o: _indexed(n, g, o, reverse=True), lambda n: 4 * n + 3,
+                            max_size=N_LABELS, vocab_size=LABEL + N_LABELS + 1),
 }
 """The registry of algorithmic tasks, name → :class:`Task`; a new task is one entry here.
 
