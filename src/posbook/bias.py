@@ -56,12 +56,12 @@ def alibi_bias(slopes: torch.Tensor, q_len: int, k_len: int | None = None) -> to
     """
     _checks.tensor("slopes", slopes, ndim=1, floating=True)
     _checks.finite("slopes", slopes)
-    return _alibi(slopes, q_len, k_len)
+    return _alibi(slopes, relative_positions(q_len, k_len, device=slopes.device))
 
 
-def _alibi(slopes: torch.Tensor, q_len: int, k_len: int | None) -> torch.Tensor:
-    distance = relative_positions(q_len, k_len, device=slopes.device).abs().to(slopes.dtype)
-    return -slopes[:, None, None] * distance
+def _alibi(slopes: torch.Tensor, relative: torch.Tensor) -> torch.Tensor:
+    """−m_h |j − i| for relative positions [..., q_len, k_len] → [..., n_heads, q_len, k_len] (unchecked)."""
+    return -slopes[:, None, None] * relative.abs().to(slopes.dtype)[..., None, :, :]
 
 
 def t5_relative_buckets(relative_position: torch.Tensor, *, bidirectional: bool = True, num_buckets: int = 32,
@@ -142,15 +142,14 @@ class ALiBiBias(nn.Module):
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
     def forward(self, q_len: int, k_len: int | None = None) -> torch.Tensor:
-        return _alibi(self.slopes, q_len, k_len)
+        return _alibi(self.slopes, relative_positions(q_len, k_len, device=self.slopes.device))
 
     def for_distances(self, relative: torch.Tensor) -> torch.Tensor:
         """The bias for a matrix of relative positions j − i, [..., q_len, k_len] (integers on the slopes' device,
         e.g. from position ids: ``p[..., None, :] - p[..., :, None]``) → [..., n_heads, q_len, k_len]. Shapes, dtype
         and device are checked; no value is read on the host."""
         _check_distances(relative, self.slopes.device)
-        distance = relative.abs().to(self.slopes.dtype)[..., None, :, :]
-        return -self.slopes[:, None, None] * distance
+        return _alibi(self.slopes, relative)
 
 
 BIASES: dict[str, type[nn.Module]] = {"alibi": ALiBiBias, "t5": T5RelativeBias}

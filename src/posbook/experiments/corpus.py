@@ -95,8 +95,8 @@ def load_corpus(max_bytes: int = 8_000_000, val_fraction: float = 0.1, root: Pat
     if root is None:
         sources, where = shipped_sources(), f"{SHIPPED_CORPUS.name} (shipped)"
     else:
-        sources = folder_sources(root)
-        where = str(_checks.path("root", root))
+        root = _checks.path("root", root)
+        sources, where = folder_sources(root), str(root)
     return _split(sources, max_bytes, val_fraction, where)
 
 
