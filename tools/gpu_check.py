@@ -1,7 +1,7 @@
 """Everything posbook checks on a GPU, within a time budget: the device, the CUDA unit tests, compiled
 flex_attention local layers against the reference and against dense causal attention, the colab preset's
 throughput and MFU against a plain SDPA GPT, the GPU-scale Part V records, and the Part V chapters executed there.
-On one H200 the two grids alone take about 8 minutes (benchmarks/README.md), so under a 10-minute limit the records
+On one H200 the two grids alone did not finish in 321 s (benchmarks/README.md), so under a 10-minute limit the records
 go in a run of their own (``--steps device,records --records-share 1``) and the rest in another.
 
     python tools/gpu_check.py OUT [--wheels DIR] [--budget-s 470]   # on a GPU machine, from the repository root

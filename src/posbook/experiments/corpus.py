@@ -1,12 +1,12 @@
 """A byte-level text corpus that every reader gets bit for bit: the Python standard library's own source files.
 
 Real code, offline, the same on a laptop, a CI runner and Colab: posbook ships the source files of CPython 3.11.7's
-standard library (test suites excluded; about 2 MB as tar.xz, with the Python Software Foundation's licence beside them),
-because another Python's standard library is another corpus (Colab's Python 3.12 changes the bytes, so every batch
-and every recorded number). ``load_corpus(root=stdlib_root())`` reads the running Python's own files instead. Files
-are read in order and each goes to validation when a hash of its relative path says so (about ``val_fraction`` of
-them), so the split does not depend on file order or sizes. The SHA-256 of the selected bytes is recorded with every
-result.
+standard library (the top-level test suite and every tests/ folder left out; about 2 MB as tar.xz, with the Python
+Software Foundation's licence beside them), because another Python's standard library is another corpus (Colab's
+Python 3.12 changes the bytes, so every batch and every recorded number). ``load_corpus(root=stdlib_root())`` reads
+the running Python's own files instead. Files are read in order and each goes to validation when a hash of its
+relative path says so (about ``val_fraction`` of them), so which files go to validation does not depend on their
+order or sizes. The SHA-256 of the selected bytes is recorded with every result.
 
 Bits per byte (nanochat's ``val_bpb``) is the cross-entropy in nats divided by ln 2 per byte; with one token per
 byte it is simply the mean loss / ln 2, comparable across vocabularies.

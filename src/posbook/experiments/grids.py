@@ -187,7 +187,7 @@ EXTRAPOLATION_SCHEMES: dict[str, dict[str, Any]] = {
 
 # The GPU-scale version (``sweep extrapolation --preset colab``): the colab preset's model (8 layers × 384) at
 # T = 256 bytes, read to 16T = 4,096, one seed of seven schemes, 600 steps of 32 windows (4.9 million bytes, three
-# times the CPU runs' 1.6 million). On one H200 its seven runs take 19-48 s each (benchmarks/README.md).
+# times the CPU runs' 1.6 million). On one H200 its seven runs took 15-48 s each (benchmarks/README.md).
 COLAB_EXTRAPOLATION_T = 256
 COLAB_EXTRAPOLATION_SCHEMES = ("APE-learned", "RoPE", "NoPE", "T5", "ALiBi", "p-RoPE", "iRoPE")
 COLAB_SEEDS = (0,)
