@@ -23,6 +23,10 @@ def test_every_layer_code_is_causal_and_trains(code, options):
         with pytest.raises(ValueError, match="layer code D"):   # refused at construction, not mid-step
             GPTConfig(pattern=code + "N", **TINY, **options)
         return
+    if code == "B" and "sinks" in options:
+        with pytest.raises(ValueError, match=r"\['B'\] normalise with their own rule"):
+            GPTConfig(pattern=code + "N", **TINY, **options)
+        return
     model = GPT(GPTConfig(pattern=code + "N", **TINY, **options)).double()
     idx = torch.randint(0, 256, (2, 20))
     logits = model(idx)
@@ -80,7 +84,12 @@ def test_recorded_attention_calls_reproduce_every_layer(code):
     torch.testing.assert_close(recorded, plain, rtol=1e-12, atol=1e-12)   # local layers: masked form = blocked kernel
     q, k, v, call = calls[0]
     out, weights = pb.attention(q, k, v, return_weights=True, impl="reference", **call)
-    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]))
+    if code == "B":     # stick-breaking: a row keeps 1 − Π(1 − σ(logit)) and may look nowhere
+        logits = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+        kept = 1 - torch.prod(1 - torch.sigmoid(logits).tril(), dim=-1)
+        torch.testing.assert_close(weights.sum(-1), kept)
+    else:
+        torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]))
     if code in "SC":
         assert not weights[..., 0, 1:].any() and weights[..., -1, :20 - model.config.window].abs().max() == 0
     # The recorded call is the first layer's attention: projecting its output gives the layer's output.
@@ -192,10 +201,10 @@ def test_a_new_layer_kind_is_one_entry_of_the_table(monkeypatch):
         if kind.rope is not None:
             pb.rope_parameters(kind.rope(GPTConfig()))
     # A layer that rotates with a base of 500 and attends within chunks: one entry, nothing else to change.
-    monkeypatch.setitem(LAYER_CODES, "X", model_lib.LayerKind(
+    monkeypatch.setitem(LAYER_CODES, "Z", model_lib.LayerKind(
         "RoPE with base 500, chunked", rope=lambda c: {"rope_theta": 500.0, "head_dim": c.head_dim}, mask="chunked"))
     torch.manual_seed(0)
-    model = GPT(GPTConfig(pattern="XN", **TINY))
+    model = GPT(GPTConfig(pattern="ZN", **TINY))
     assert torch.equal(model.blocks[0].attn.cos, pb.rope_cos_sin(torch.arange(48), pb.default_inv_freq(8, 500.0))[0])
     idx = torch.randint(0, 256, (2, 12))
     model(idx).logsumexp(-1).mean().backward()

@@ -47,7 +47,8 @@ from .scaling import (ROPE_TYPES, RopeSpec, RopeType, default_inv_freq, mrope_la
 from .spectrum import frequency_ratio, ramp_gamma, ramp_weights, rope_turns, rope_wavelengths
 from .norms import QKNorm, RMSNorm, qk_norm_logit_bound, rms_norm
 from .rope import LAYOUTS, apply_rope, half_to_interleaved, interleaved_to_half, mrope_plane_axes, rope_cos_sin
-from .bias import BIASES, ALiBiBias, T5RelativeBias, alibi_bias, alibi_slopes, relative_positions, t5_relative_buckets
+from .bias import (BIASES, ALiBiBias, ContextualPositionBias, ForgetGateBias, T5RelativeBias, alibi_bias, alibi_slopes,
+                   contextual_positions, cope_bias, forget_gate_bias, relative_positions, t5_relative_buckets)
 from .logit_scales import LOGIT_SCALES, llama4_attention_scale, swan_log_scale
 from .masks import MASK_KINDS, attention_mask, block_mask, mask_mod
 from .normalisers import NORMALISERS, normalise
@@ -84,6 +85,7 @@ __all__ = [
     "LAYOUTS", "apply_rope", "half_to_interleaved", "interleaved_to_half", "mrope_plane_axes", "rope_cos_sin",
     # 3. the logits: biases, position-dependent scales, masks
     "BIASES", "ALiBiBias", "T5RelativeBias", "alibi_bias", "alibi_slopes", "relative_positions", "t5_relative_buckets",
+    "ForgetGateBias", "ContextualPositionBias", "forget_gate_bias", "contextual_positions", "cope_bias",
     "LOGIT_SCALES", "llama4_attention_scale", "swan_log_scale",
     "MASK_KINDS", "attention_mask", "block_mask", "mask_mod",
     # 4. weights and output

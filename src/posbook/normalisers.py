@@ -1,4 +1,4 @@
-"""How a row of logits becomes weights: softmax, softmax-off-by-one, a learned sink, or sigmoid.
+"""How a row of logits becomes weights: softmax, softmax-off-by-one, a learned sink, sigmoid, or stick-breaking.
 
 :data:`NORMALISERS` is the registry: one :class:`Normaliser` per normaliser, its rule on a row of raw logits and
 the fast attention paths that implement it. :func:`normalise` checks its arguments and calls :func:`normalised`,
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 
 from . import _checks
 
@@ -20,12 +21,14 @@ def normalise(logits: torch.Tensor, normaliser: str = "softmax", *, sink: Any = 
               sigmoid_bias: float | None = None) -> torch.Tensor:
     """Turn a row of logits into attention weights with one of :data:`NORMALISERS`, along the last dimension.
 
-    The four answers to "may a head look nowhere?" (chapter "Letting attention look nowhere")::
+    The answers to "may a head look nowhere?" (chapter "Letting attention look nowhere")::
 
-        softmax    e^{s_i} / Σ_j e^{s_j}                  every row sums to exactly 1
-        softmax1   e^{s_i} / (1 + Σ_j e^{s_j})            Miller's off-by-one: an extra logit 0 with value 0
-        sink       e^{s_i} / (e^{sink} + Σ_j e^{s_j})     a learned logit per head (GPT-OSS, DeepSeek-V4)
-        sigmoid    sigmoid(s_i + b), b = −log n by default each weight on its own (Ramapuram et al. 2024)
+        softmax         e^{s_i} / Σ_j e^{s_j}                  every row sums to exactly 1
+        softmax1        e^{s_i} / (1 + Σ_j e^{s_j})            Miller's off-by-one: an extra logit 0 with value 0
+        sink            e^{s_i} / (e^{sink} + Σ_j e^{s_j})     a learned logit per head (GPT-OSS, DeepSeek-V4)
+        sigmoid         sigmoid(s_i + b), b = −log n by default each weight on its own (Ramapuram et al. 2024)
+        stick_breaking  σ(s_i) Π_{l>i} (1 − σ(s_l))            the nearest key takes its share first (Tan et al.
+                                                               2024); keys in order, the last the nearest
 
     ``sink`` is computed without materialising the extra column: softmax(s)·sigmoid(lse(s) − sink), since
     Σe/(Σe + e^sink) = sigmoid(lse − sink); this is stable for any sink and any logits. Entries of ``logits`` equal
@@ -106,6 +109,14 @@ def _sigmoid(logits: torch.Tensor, sink: torch.Tensor | None, sigmoid_bias: floa
     return torch.sigmoid(logits + b)  # sigmoid(−inf) = 0: hidden keys drop out on their own
 
 
+def _stick_breaking(logits: torch.Tensor, sink: torch.Tensor | None, sigmoid_bias: float | None) -> torch.Tensor:
+    # In log space, so that no product of many factors below 1 underflows: log σ(s_i) + Σ_{l>i} log(1 − σ(s_l)),
+    # with log(1 − σ(s)) = log σ(−s). A hidden key (−inf) takes nothing and passes everything on (log σ(+inf) = 0).
+    passed = F.logsigmoid(-logits).flip(-1).cumsum(-1).flip(-1)      # Σ_{l≥i}: shifted by one key below
+    after = torch.cat([passed[..., 1:], torch.zeros_like(passed[..., :1])], dim=-1)
+    return torch.exp(F.logsigmoid(logits) + after)
+
+
 @dataclass(frozen=True)
 class Normaliser:
     """One way a row of logits becomes weights: its rule, and what the fast paths of :mod:`posbook.core` need of it.
@@ -148,10 +159,13 @@ NORMALISERS: dict[str, Normaliser] = {
     "sink": Normaliser(_softmax_with(_sink_logit), paths=("flex",), extra_logit=_sink_logit, option="sink",
                        option_required=True),
     "sigmoid": Normaliser(_sigmoid, option="sigmoid_bias"),
+    "stick_breaking": Normaliser(_stick_breaking),
 }
 """The registry of the ways a row of logits becomes weights, name → :class:`Normaliser`: ``softmax``; ``softmax1``
 (Miller 2023: a 1 added to the denominator, an implicit zero logit); ``sink`` (a learned logit per head in the
-denominator: GPT-OSS, DeepSeek-V4); ``sigmoid`` (each weight sigmoid(logit + b) on its own, Ramapuram et al. 2024).
+denominator: GPT-OSS, DeepSeek-V4); ``sigmoid`` (each weight sigmoid(logit + b) on its own, Ramapuram et al. 2024);
+``stick_breaking`` (Tan et al. 2024: from the nearest key back, each takes σ(logit) of what the nearer ones left, so
+a row sums to 1 − Π(1 − σ); the last key of a row is the nearest, so it is for causal masks).
 A new normaliser is one entry here: its rule, and the fast paths that implement it.
 
 :meta hide-value:

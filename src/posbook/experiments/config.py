@@ -32,7 +32,7 @@ CPU_TASKS: dict[str, dict[str, Any]] = {
     for task, steps, extra in [("copy", 600, {}), ("copy-distinct", 600, {}), ("reverse", 600, {}),
                                ("addition", 1000, {"train_max_size": 2}), ("passkey", 400, {}),
                                ("copy-coupled", 600, {}), ("reverse-coupled", 600, {}), ("copy-indexed", 600, {}),
-                               ("reverse-indexed", 600, {})]
+                               ("reverse-indexed", 600, {}), ("flip-flop", 600, {"train_max_size": 16})]
 }
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -223,6 +223,27 @@ def extrapolation(preset: str = "cpu") -> dict[str, TrainConfig]:
             for scheme, model in schemes.items() for seed in seeds}
 
 
+# Chapter "Position from content": the three schemes that compute position from content, FoX's forget gates (F),
+# stick-breaking (B) and CoPE's counted positions (X), on chapter 16's protocol (the other schemes' runs are in its
+# record), and on flip-flop beside RoPE, ALiBi and NoPE: trained on 1..16 instructions, tested to 128.
+CONTENT_SCHEMES: dict[str, dict[str, Any]] = {"FoX": dict(pattern="F"), "Stick-breaking": dict(pattern="B"),
+                                              "CoPE": dict(pattern="X")}
+FLIP_FLOP_SCHEMES: dict[str, dict[str, Any]] = {"RoPE": dict(pattern="R"), "ALiBi": dict(pattern="A"),
+                                                "NoPE": dict(pattern="N"), **CONTENT_SCHEMES}
+FLIP_FLOP_SIZES = [4, 8, 16, 24, 32, 48, 64, 96, 128]
+
+
+def content_positions() -> dict[str, TrainConfig]:
+    """The text runs (labels like ``"FoX/0"``, :func:`extrapolation_run`'s protocol at the CPU scale) and the
+    flip-flop runs (``"flip-flop/FoX/0"``) of the three content-position schemes, three seeds each."""
+    runs = {f"flip-flop/{scheme}/{seed}": TrainConfig(task="flip-flop", preset="cpu", model=dict(model), seed=seed,
+                                                      eval_sizes=list(FLIP_FLOP_SIZES))
+            for scheme, model in FLIP_FLOP_SCHEMES.items() for seed in SEEDS}
+    runs |= {f"{scheme}/{seed}": extrapolation_run(model, seed) for scheme, model in CONTENT_SCHEMES.items()
+             for seed in SEEDS}
+    return runs
+
+
 # Chapter 17, "Stretching a trained model": the RoPE models of the extrapolation grid, their rotation replaced by each
 # context-extension method at each factor, read without training (finetune_steps 0) and after a short fine-tune
 # at factor × T: 40 steps, 5% of the pre-training steps, at a tenth of its peak learning rate, the same bytes per
@@ -264,8 +285,31 @@ def context_extension(preset: str = "cpu") -> dict[str, TrainConfig]:
                                         seq_len=factor * t, batch_size=source.batch_size // factor,
                                         eval_batches=source.eval_batches * factor)
                  for method in FINETUNED_METHODS for factor in FINETUNE_FACTORS}
-    return {f"{name}/{seed}": run for seed in seeds
+    runs = {f"{name}/{seed}": run for seed in seeds
             for name, run in _stretched(source_grid, f"RoPE/{seed}", t, EXTENSION_FACTORS, finetunes).items()}
+    if preset == "cpu":
+        runs |= {f"DroPE/1/{steps}/{seed}": dropped(source_grid, f"RoPE/{seed}", steps) for seed in seeds
+                 for steps in (0, *DROPE_STEPS)}
+    return runs
+
+
+# DroPE (Gelberg & Cetin 2025): the RoPE models with their rotation removed (the same weights in NoPE layers), read
+# as they are and after recalibrating at the training length T: the fine-tunes' 40 steps (and four times that) at
+# their learning rate, with the pre-training's batch of 32 windows of T.
+DROPE_STEPS = (FINETUNE_STEPS, 4 * FINETUNE_STEPS)
+
+
+def dropped(grid: str, label: str, steps: int) -> TrainConfig:
+    """DroPE on the recorded RoPE model ``grid:label``: its layers without rotation (code N), evaluated as they are
+    (``steps=0``) or after ``steps`` steps at the training length and a tenth of its peak learning rate."""
+    source = GRIDS[grid]()[label]
+    if set(source.model.get("pattern", "R")) != {"R"}:
+        raise ValueError(f"DroPE removes RoPE from an all-RoPE model; {grid}:{label} has pattern "
+                         f"{source.model.get('pattern')!r}")
+    _checks.number("steps", steps, integer=True, min_value=0)
+    fields = dict(steps=0, warmup=0, eval_every=1) if steps == 0 else dict(
+        steps=steps, warmup=4, eval_every=steps, lr=source.resolved().lr / 10)
+    return replace(source, model=dict(source.model, pattern="N"), init_from=f"{grid}:{label}", **fields)
 
 
 # Chapter 17's passkey section: chapter 19's RoPE retrieval models (haystacks of up to 16 filler tokens, 32 tokens
@@ -298,6 +342,7 @@ GRIDS: dict[str, Callable[[], dict[str, TrainConfig]]] = {
     "position_comparison": position_comparison,
     "long_context": long_context,
     "passkey_extension": passkey_extension,
+    "content_positions": content_positions,
     # GPU-scale versions, trained by `sweep GRID --preset colab` (tools/gpu_check.py trains them on one GPU). Their
     # records are optional: a page shows them beside the CPU records when they ship, and never needs them.
     "extrapolation.colab": lambda: extrapolation("colab"),
@@ -339,4 +384,6 @@ GRID_WEIGHTS: dict[str, set[str]] = {
     "length_controls": {"copy/coupled/0", "reverse/coupled/0", "copy/coupled, 4 heads/0"},
     "long_context": {"RoPE/0", "RoPE/1", "RoPE/2", *(f"{variant}/0" for variant in PROBE_VARIANTS)},
     "extrapolation.colab": {"RoPE/0"},
+    "content_positions": {*(f"{scheme}/0" for scheme in CONTENT_SCHEMES),
+                          *(f"flip-flop/{scheme}/0" for scheme in CONTENT_SCHEMES)},
 }

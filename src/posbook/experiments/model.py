@@ -12,6 +12,9 @@ H     partial RoPE: the first ``rope_fraction`` of each head's dimensions turn, 
 A     ALiBi bias, global
 T     T5 relative-position buckets, global
 D     differential attention (Ye et al. 2024) with RoPE, global: n_head/2 differential heads of head_dim
+F     FoX: a forget gate per head and token, a data-dependent ALiBi (Lin et al. 2025), global, no RoPE
+B     stick-breaking attention (Tan et al. 2024): the nearest key takes its share first, global, no RoPE
+X     CoPE: positions counted by gates σ(q·k), learned embeddings of the counts (Golovneva et al. 2024), global
 ====  =====================================================================================================
 
 Each code is one entry of ``LAYER_CODES``, a :class:`LayerKind` that says what the layer does to q, k, the
@@ -42,6 +45,7 @@ from ..diff_attention import DiffAttention
 from ..local import local_attend
 from ..logit_scales import LOGIT_SCALES
 from ..masks import MASK_KINDS, attention_mask, kind_size, size_option
+from ..normalisers import NORMALISERS
 from ..norms import RMSNorm
 from ..rope import cos_sin_at, rope_cos_sin, rotate
 from ..scaling import rope_parameters, rope_spec
@@ -60,7 +64,14 @@ class LayerKind:
             config, or None for a layer that does not rotate q and k.
         mask: the kind of :data:`posbook.masks.MASK_KINDS` the layer attends with: "causal" (global),
             "sliding" (``window``) or "chunked" (``chunk_size``).
-        bias: the :data:`posbook.bias.BIASES` module the layer adds to its logits, built from the model config.
+        bias: the :data:`posbook.bias.BIASES` module the layer adds to its logits, built from the model config; it
+            reads what its class's ``reads`` says (distances, the layer's input, or q and k).
+        normaliser: the :data:`posbook.normalisers.NORMALISERS` entry that turns the layer's logits into weights
+            (a learned sink replaces "softmax" when the config has ``sinks``).
+        score_passes: how many times the layer computes q·kᵀ (CoPE reads its gates from one pass, then attends):
+            :meth:`GPT.flops_per_token` charges each.
+        position_rows: the rows of a learned position table every query is dotted with (CoPE: ``cope_positions``),
+            from the model config, or None.
         differential: the layer is :class:`posbook.diff_attention.DiffAttention` (two softmax maps, their difference).
         position_free: no position enters the layer at all (NoPE): ``logit_scaling`` applies to it.
     """
@@ -69,13 +80,18 @@ class LayerKind:
     rope: Callable[["GPTConfig"], dict] | None = None
     mask: str = "causal"
     bias: Callable[["GPTConfig"], nn.Module] | None = None
+    normaliser: str = "softmax"
+    score_passes: int = 1
+    position_rows: Callable[["GPTConfig"], int] | None = None
     differential: bool = False
     position_free: bool = False
 
     def __post_init__(self):
         _checks.text("summary", self.summary)
         _checks.choice("mask", self.mask, LAYER_MASKS)
-        for name in ("rope", "bias"):
+        _checks.choice("normaliser", self.normaliser, NORMALISERS)
+        _checks.size("score_passes", self.score_passes)
+        for name in ("rope", "bias", "position_rows"):
             if getattr(self, name) is not None:
                 _checks.function(name, getattr(self, name))
         _checks.flag("differential", self.differential)
@@ -106,6 +122,10 @@ LAYER_CODES: dict[str, LayerKind] = {
     "T": LayerKind("T5 relative bias, global", bias=lambda c: BIASES["t5"](
         c.n_head, bidirectional=False, num_buckets=c.t5_num_buckets, max_distance=c.t5_max_distance)),
     "D": LayerKind("differential attention, RoPE, global", rope=_rope, differential=True),
+    "F": LayerKind("FoX forget gates, global", bias=lambda c: BIASES["forget"](c.n_head, n_embd=c.n_embd)),
+    "B": LayerKind("stick-breaking, global", normaliser="stick_breaking"),
+    "X": LayerKind("CoPE contextual positions, global", score_passes=2, position_rows=lambda c: c.cope_positions,
+                   bias=lambda c: BIASES["cope"](c.n_head, head_dim=c.head_dim, n_positions=c.cope_positions)),
 }
 """The registry of layer codes, code → :class:`LayerKind`.
 
@@ -153,6 +173,7 @@ class GPTConfig:
     attn_temperature: float = 1.0        # every layer's logits are divided by it (read at each forward, so it can change mid-run)
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
+    cope_positions: int = 64             # for X: CoPE's embeddings e[0 … cope_positions − 1]; farther counts share the last
     diff_head_norm: bool = True          # for D: the per-head RMSNorm of differential attention (False: the ablation)
     # Per layer, the rope config dict (the form posbook.rope_parameters reads) that replaces the layer kind's own,
     # or None to keep it; one dict instead of a list: every rotating layer. Context extension sets it.
@@ -162,7 +183,7 @@ class GPTConfig:
     def __post_init__(self):
         # Sizes become tensor dimensions or loop counts (n_layer builds that many blocks): 2**40 is refused here.
         for name in ("vocab_size", "n_layer", "n_head", "n_embd", "mlp_ratio", "max_seq_len", "window", "chunk_size",
-                     "t5_num_buckets", "t5_max_distance"):
+                     "t5_num_buckets", "t5_max_distance", "cope_positions"):
             _checks.size(name, getattr(self, name))
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
@@ -192,6 +213,13 @@ class GPTConfig:
                 raise ValueError("layer code D (differential attention) has no sinks, softcap, QK-Norm or grouped-"
                                  f"query heads in this model; got sinks={self.sinks}, softcap={self.softcap}, "
                                  f"qk_norm={self.qk_norm!r}, n_kv_head={self.n_kv_head}")
+        own_normaliser = sorted(code for code in set(self.pattern) if LAYER_CODES[code].normaliser != "softmax")
+        if own_normaliser and self.sinks:
+            raise ValueError(f"layer code(s) {own_normaliser} normalise with their own rule, not a softmax with a "
+                             "sink; got sinks=True")
+        if self.cope_positions < 2:
+            raise ValueError(f"cope_positions must be at least 2 (CoPE interpolates between two embeddings), got "
+                             f"{self.cope_positions}")
         scaling = LOGIT_SCALINGS[self.logit_scaling]
         if scaling is not None:
             scaling(torch.zeros(1), self)      # the scale's own checks of its options (swan_a, llama4_*), once, here
@@ -377,7 +405,7 @@ class Attention(nn.Module):
         # Local layers run a local kernel (posbook.local: compiled flex_attention on CUDA, blocked SDPA elsewhere)
         # unless the core must see the full logits (sinks, softcap).
         self.blocked = self.local and not config.sinks and config.softcap is None
-        self.normaliser = "sink" if config.sinks else "softmax"
+        self.normaliser = "sink" if config.sinks else kind.normaliser
         self.impl = resolved_impl("auto", query_scale=self.scaled or None, softcap=config.softcap,
                                   normaliser=self.normaliser)
         self.scale = 1.0 / math.sqrt(d)
@@ -390,6 +418,16 @@ class Attention(nn.Module):
             self._dynamic_cache[key] = tuple(table.to(device) for table in
                                              _rope_tables(self.dynamic_rope, t, seq_len=t))
         return self._dynamic_cache[key]
+
+    def _bias(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, t: int,
+              positions: torch.Tensor | None) -> torch.Tensor:
+        """The layer's additive bias, from what its BIASES class reads: distances (from the position ids when given),
+        the layer's input x (FoX), or its q and k (CoPE). The last two count tokens, not position ids."""
+        if self.bias.reads == "distances":
+            return self.bias(t) if positions is None else self.bias.for_distances(_relative(positions))
+        if self.bias.reads == "hidden":
+            return self.bias(x)
+        return self.bias(q, k, self.scale)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids (and the
@@ -427,7 +465,7 @@ class Attention(nn.Module):
                 mask = attention_mask(self.mask_kind, t, device=x.device, **size_option(self.mask_kind, size))
             bias = None
             if self.bias is not None:
-                bias = (self.bias(t) if positions is None else self.bias.for_distances(_relative(positions))).to(q.dtype)
+                bias = self._bias(x, q, k, t, positions).to(q.dtype)
             sink = self.sink if config.sinks else None
             if self.recorder is not None:
                 self.recorder.append((q, k, v, dict(causal=not self.local, query_scale=query_scale,
@@ -676,7 +714,10 @@ class GPT(nn.Module):
         local layers. ``count`` is ``"nanochat"`` (a global layer charges the whole sequence and a local one
         min(size, seq_len), as nanochat's estimate does) or ``"mask"`` (the mean number of keys the mask keeps, what
         a causal kernel computes). A differential layer (code D) computes two maps of n_head/2 heads over values of
-        twice the head width: its scores cost an ordinary layer's, its weighted values twice as much.
+        twice the head width: its scores cost an ordinary layer's, its weighted values twice as much. A layer that
+        computes its scores twice (``score_passes``, CoPE) is charged twice for them, and a query dotted with a
+        table of learned positions (``position_rows``, CoPE's embeddings) is charged as if they were that many more
+        keys' scores. FoX's gates are a linear layer: its parameters count among the rest.
         """
         _checks.size("seq_len", seq_len)
         _checks.choice("count", count, KEY_COUNTS)
@@ -688,5 +729,7 @@ class GPT(nn.Module):
             kind = LAYER_CODES[code]
             size = c.window if kind.mask == "sliding" else c.chunk_size if kind.mask == "chunked" else None
             keys = attention_keys(kind.mask, seq_len, size, count=count)
-            attention += 6 * keys * (width + (2 * width if kind.differential else width))
+            rows = 0 if kind.position_rows is None else kind.position_rows(c)
+            attention += 6 * keys * (kind.score_passes * width + (2 * width if kind.differential else width))
+            attention += 6 * rows * width
         return 6 * n + attention

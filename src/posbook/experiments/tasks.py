@@ -21,6 +21,9 @@ reverse-   reverse's tokens at position ids s, s+1 … s+n, s+n+1            x�
 coupled
 copy-      BOS a₁ x₁ … aₙ xₙ SEP, labels a₁ < … < aₙ drawn from 64         a₁ x₁ … aₙ xₙ EOS (Zhou et al.
 indexed                                                                2023's index hints)
+flip-flop  BOS o₁ b₁ … oₙ bₙ READ: n instructions, each WRITE or SKIP     b EOS, b the bit of the last
+           and a bit; o₁ is WRITE, the others WRITE with probability   WRITE (Liu et al. 2023's flip-
+           1/10                                                        flop, one read at the end)
 =========  ==========================================================  ==============================
 
 A task that sets its own position ids (the coupled ones) hands them out with its batches, for
@@ -47,6 +50,8 @@ IGNORE = -100                      # target value that the loss and the accuracy
 PASSKEY_DIGITS = 5
 N_LABELS = 64                      # index labels of copy-indexed: up to 64 items, labels 23 … 86
 LABEL = N_SYMBOLS + 7              # the first label token
+WRITE, SKIP, READ = LABEL, LABEL + 1, LABEL + 2     # flip-flop's instructions (its own vocabulary: no labels)
+FLIP_FLOP_WRITE_RATE = 0.1         # Liu et al.'s FFL(0.8): a write and a read each 10% of the instructions
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,18 @@ def _indexed(n, gen, max_offset, *, reverse=False):
     return Example(prompt + answer + [EOS], len(prompt))
 
 
+def _flip_flop(n, gen, max_offset):
+    """Flip-flop (Liu et al. 2023) with one read, at the end: n instructions, each an op and a bit; the first writes,
+    each later one writes with probability FLIP_FLOP_WRITE_RATE and is skipped otherwise. The answer is the bit of
+    the last write: found by content (WRITE, not SKIP) and order (the latest of them), wherever it lies."""
+    writes = (torch.rand(n, generator=gen) < FLIP_FLOP_WRITE_RATE).tolist()
+    bits = torch.randint(0, 2, (n,), generator=gen).tolist()
+    ops = [WRITE] + [WRITE if w else SKIP for w in writes[1:]]
+    last = max(i for i, op in enumerate(ops) if op == WRITE)
+    prompt = [BOS, *(token for pair in zip(ops, bits) for token in pair), READ]
+    return Example(prompt + [bits[last], EOS], len(prompt))
+
+
 TASKS: dict[str, Task] = {
     "copy": Task("copy n symbols", lambda n, g, o: _copy(n, g, o), lambda n: 2 * n + 3),
     "copy-distinct": Task("copy n distinct symbols: each names one place, so content alone finds the next",
@@ -168,6 +185,8 @@ TASKS: dict[str, Task] = {
     "reverse-indexed": Task("reverse n labelled items: the answer runs from the last label down",
                             lambda n, g, o: _indexed(n, g, o, reverse=True), lambda n: 4 * n + 3,
                             max_size=N_LABELS, vocab_size=LABEL + N_LABELS + 1),
+    "flip-flop": Task("the bit of the last of n write-or-skip instructions", _flip_flop, lambda n: 2 * n + 4,
+                      vocab_size=READ + 1),
 }
 """The registry of algorithmic tasks, name → :class:`Task`; a new task is one entry here.
 
