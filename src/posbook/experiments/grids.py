@@ -285,31 +285,8 @@ def context_extension(preset: str = "cpu") -> dict[str, TrainConfig]:
                                         seq_len=factor * t, batch_size=source.batch_size // factor,
                                         eval_batches=source.eval_batches * factor)
                  for method in FINETUNED_METHODS for factor in FINETUNE_FACTORS}
-    runs = {f"{name}/{seed}": run for seed in seeds
+    return {f"{name}/{seed}": run for seed in seeds
             for name, run in _stretched(source_grid, f"RoPE/{seed}", t, EXTENSION_FACTORS, finetunes).items()}
-    if preset == "cpu":
-        runs |= {f"DroPE/1/{steps}/{seed}": dropped(source_grid, f"RoPE/{seed}", steps) for seed in seeds
-                 for steps in (0, *DROPE_STEPS)}
-    return runs
-
-
-# DroPE (Gelberg & Cetin 2025): the RoPE models with their rotation removed (the same weights in NoPE layers), read
-# as they are and after recalibrating at the training length T: the fine-tunes' 40 steps (and four times that) at
-# their learning rate, with the pre-training's batch of 32 windows of T.
-DROPE_STEPS = (FINETUNE_STEPS, 4 * FINETUNE_STEPS)
-
-
-def dropped(grid: str, label: str, steps: int) -> TrainConfig:
-    """DroPE on the recorded RoPE model ``grid:label``: its layers without rotation (code N), evaluated as they are
-    (``steps=0``) or after ``steps`` steps at the training length and a tenth of its peak learning rate."""
-    source = GRIDS[grid]()[label]
-    if set(source.model.get("pattern", "R")) != {"R"}:
-        raise ValueError(f"DroPE removes RoPE from an all-RoPE model; {grid}:{label} has pattern "
-                         f"{source.model.get('pattern')!r}")
-    _checks.number("steps", steps, integer=True, min_value=0)
-    fields = dict(steps=0, warmup=0, eval_every=1) if steps == 0 else dict(
-        steps=steps, warmup=4, eval_every=steps, lr=source.resolved().lr / 10)
-    return replace(source, model=dict(source.model, pattern="N"), init_from=f"{grid}:{label}", **fields)
 
 
 # Chapter 17's passkey section: chapter 19's RoPE retrieval models (haystacks of up to 16 filler tokens, 32 tokens
