@@ -354,3 +354,18 @@ def test_a_rescaling_without_original_length_claims_no_pretraining_count():
     assert full["rescaling"] != "none" and full["original_length"] == gemma["max_position_embeddings"]
     assert full["turning_planes"]["original_unscaled"] is None
     assert "before the rescaling" not in pb.format_report(report)
+
+
+def test_position_from_content_is_named():
+    # FoX's configs (flash-linear-attention style: num_heads, fgate_type) and stick-breaking's model_type.
+    fox = {"model_type": "forgetting_transformer-project_fox", "hidden_size": 1536, "num_hidden_layers": 24,
+           "num_heads": 24, "max_position_embeddings": 16384, "use_rope": False, "fgate_type": "full"}
+    assert pb.position_scheme(fox) == ("forget_gate", "fgate_type: 'full'")
+    text = " ".join(pb.format_report(pb.config_report(fox)).split())      # the report wraps its lines
+    assert "FoX forget gates" in text and "no RoPE" in text and "one gate per token and head" in text
+    assert pb.position_scheme({**fox, "fgate_type": "none"})[0] == "unknown"     # FoX's ablation without gates
+    assert "and RoPE besides" in " ".join(pb.format_report(pb.config_report({**fox, "use_rope": True})).split())
+    sb = {"model_type": "stickbreaking", "hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+          "max_position_embeddings": 4096}
+    assert pb.position_scheme(sb) == ("stick_breaking", "model_type 'stickbreaking'")
+    assert "Stick-breaking attention" in pb.format_report(pb.config_report(sb))

@@ -147,6 +147,12 @@ def test_stick_breaking_in_attention_runs_on_the_reference_only():
     for impl in ("sdpa", "flex"):
         with pytest.raises(ValueError, match="normaliser='stick_breaking' .*reference path only"):
             pb.attention(q, k, v, causal=True, normaliser="stick_breaking", impl=impl)
+    # Its keys are read in order, so a key after the query has no place in a row: refused unless hidden.
+    with pytest.raises(ValueError, match="reads each row's keys in order"):
+        pb.attention(q, k, v, normaliser="stick_breaking")
+    window = pb.attention_mask("sliding", 7, window=3)
+    torch.testing.assert_close(pb.attention(q, k, v, mask=window, normaliser="stick_breaking"),
+                               pb.attention(q, k, v, mask=window, causal=True, normaliser="stick_breaking"))
 
 
 def test_stick_breaking_gradients():

@@ -69,11 +69,13 @@ def test_data_flow_prints_the_chapter_tags_it_is_given():
     assert {k: sorted(v) for k, v in drawn.items()} == {k: sorted(v) for k, v in chapters.items()}
 
 
-def test_four_ways_marks_four_places():
+def test_four_ways_marks_four_places_and_the_fifth():
     root = parse(diagrams.four_ways_in())
-    assert sorted({int(e.get("data-way")) for e in find(root, "way")}) == [1, 2, 3, 4]
-    legend = " ".join("".join(e.itertext()) for e in find(root, "way-legend"))
-    assert all(name in legend for name in ("APE", "RoPE", "ALiBi", "T5", "NoPE", *pb.BIASES))
+    assert sorted({int(e.get("data-way")) for e in find(root, "way")}) == [1, 2, 3, 4, 5]
+    legend = ["".join(e.itertext()) for e in find(root, "way-legend")]
+    assert all(name in " ".join(legend) for name in ("APE", "RoPE", "ALiBi", "T5", "NoPE", "FoX", "CoPE"))
+    # the third way lists the biases that read distances; FoX's and CoPE's, computed from content, are the fifth
+    assert all((name in legend[2]) == (bias.reads == "distances") for name, bias in pb.BIASES.items())
 
 
 @pytest.mark.parametrize("head_dim", [2, 8, 16])

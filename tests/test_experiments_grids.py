@@ -33,7 +33,8 @@ def test_passkey_extension_stretches_the_recorded_rope_retrievers():
     resolved = tuned.resolved()
     assert resolved.train_max_size == max(source.eval_sizes)      # fine-tuned on the haystacks it is tested on
     assert resolved.steps / source.resolved().steps == 0.05
-    assert {label.split("/")[0] for label in runs if label.split("/")[2] != "0"} == set(grids.FINETUNED_METHODS)
+    # every fine-tuned method, and DroPE recalibrated on the trained haystacks
+    assert {label.split("/")[0] for label in runs if label.split("/")[2] != "0"} == {*grids.FINETUNED_METHODS, "DroPE"}
 
 
 def test_grid_names_by_preset():
@@ -79,3 +80,28 @@ def test_the_length_controls_change_ids_or_format_and_their_ablations_one_thing_
             assert len(differs) == 1 and differs <= {"model", "steps", "random_positions"}, (name, differs)
             if differs == {"model"}:
                 assert len({k for k in run.model if run.model[k] != base.model.get(k)}) == 1, name
+
+
+def test_drope_runs_drop_the_rotation_and_recalibrate_at_the_training_length():
+    runs = grids.runs("context_extension")
+    source = grids.runs("extrapolation")["RoPE/1"].resolved()
+    for steps in (0, *grids.DROPE_STEPS):
+        run = runs[f"DroPE/1/{steps}/1"].resolved()
+        assert run.model == {**source.model, "pattern": "N"} and run.init_from == "extrapolation:RoPE/1"
+        assert (run.seq_len, run.batch_size, run.steps) == (source.seq_len, source.batch_size, steps)
+        if steps:
+            assert run.lr == pytest.approx(source.lr / 10) and run.warmup == steps // 10
+    passkey = grids.runs("passkey_extension")[f"DroPE/1/{grids.PASSKEY_FINETUNE_STEPS}/2"].resolved()
+    assert passkey.train_max_size == grids.runs("long_context")["RoPE/2"].resolved().train_max_size
+    with pytest.raises(ValueError, match="DroPE removes RoPE from an all-RoPE model"):
+        grids.dropped("extrapolation", "iRoPE/0", 40)
+    assert "DroPE/1/0/0" not in grids.runs("context_extension.colab")
+
+
+def test_content_positions_share_chapter_17s_protocol():
+    runs = grids.runs("content_positions")
+    for scheme, model in grids.CONTENT_SCHEMES.items():
+        assert runs[f"{scheme}/2"] == grids.extrapolation_run(model, 2)
+    for scheme in grids.FLIP_FLOP_SCHEMES:
+        run = runs[f"flip-flop/{scheme}/0"].resolved()
+        assert run.task == "flip-flop" and run.train_max_size == 16 and run.eval_sizes == grids.FLIP_FLOP_SIZES

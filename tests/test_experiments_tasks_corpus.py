@@ -35,6 +35,11 @@ def test_tasks_have_the_right_answers():
                 a, b = prompt[1:n + 1], prompt[n + 2:2 * n + 2]
                 value = lambda digits: sum(d * 10 ** i for i, d in enumerate(digits))  # noqa: E731
                 assert value(answer) == value(a) + value(b)
+            elif task == "flip-flop":              # the bit after the last WRITE
+                ops = prompt[1:-1:2]
+                assert ops[0] == tasks_lib.WRITE and set(ops) <= {tasks_lib.WRITE, tasks_lib.SKIP}
+                last = max(i for i, op in enumerate(ops) if op == tasks_lib.WRITE)
+                assert answer == [prompt[2 + 2 * last]] and prompt[-1] == tasks_lib.READ
             else:
                 i = prompt.index(tasks_lib.MARK)
                 assert answer == prompt[i + 1:i + 1 + tasks_lib.PASSKEY_DIGITS]
@@ -186,3 +191,15 @@ def test_a_coupled_run_has_an_embedding_row_for_every_id_it_draws():
     x, y, ids = tasks_lib.make_batch("copy-coupled", [8] * 50, torch.Generator().manual_seed(0), max_offset=100,
                                      with_positions=True)
     assert int(ids[:, :-1].max()) < 110      # the padding after the longest example is never read
+
+
+def test_flip_flop_writes_at_its_rate_and_its_answer_can_lie_anywhere():
+    gen = torch.Generator().manual_seed(1)
+    examples = [tasks_lib.TASKS["flip-flop"].example(64, gen, 0) for _ in range(400)]
+    ops = torch.tensor([e.tokens[1:-3:2] for e in examples])            # 64 instructions each
+    rate = (ops[:, 1:] == tasks_lib.WRITE).float().mean().item()
+    assert abs(rate - tasks_lib.FLIP_FLOP_WRITE_RATE) < 0.01              # 25,200 draws: 4.7 standard errors
+    # how far back the last write is: from the last instruction to the very first one
+    depth = [64 - 1 - max(i for i, op in enumerate(row) if op == tasks_lib.WRITE) for row in ops.tolist()]
+    assert min(depth) == 0 and max(depth) >= 40
+    assert {e.tokens[-2] for e in examples} == {0, 1}                    # both answers occur

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-PART_V = ["ch15_length_generalisation", "ch16_train_short_test_long", "ch17_stretching_a_trained_model",
-          "ch18_nanochat_comparison", "ch19_long_context_probes"]
+PART_V = ["ch16_length_generalisation", "ch17_train_short_test_long", "ch18_stretching_a_trained_model",
+          "ch19_nanochat_comparison", "ch20_long_context_probes"]
 GPU_GRIDS = ["extrapolation.colab", "context_extension.colab"]   # in this order: the second starts from the first
 # What the GPU machine lacks to execute a chapter (its image has torch, numpy, matplotlib, sympy, pytest, tqdm, ...),
 # at the versions requirements.txt pins for the book. Pure-Python wheels but pyzmq, tornado, debugpy, rpds-py, psutil.

@@ -75,6 +75,11 @@ def _check_inputs(q, k, v, scale, temperature, query_scale, bias, softcap, mask,
     _checks.flag("causal", causal)
     _checks.owned_options("normaliser", normaliser, NORMALISERS, {"sink": sink, "sigmoid_bias": sigmoid_bias},
                           option="option", required="option_required")
+    if NORMALISERS[normaliser].ordered and not causal:
+        after = ~attention_mask("causal", tq, tk, device=q.device)
+        if mask is None or _is_block_mask(mask) or bool((mask & after).any()):
+            raise ValueError(f"normaliser={normaliser!r} reads each row's keys in order, the last the nearest: give "
+                             "causal=True, or a bool mask that hides every key after its query")
     if sink is not None:
         _checks.tensor("sink", sink, ndim=1, floating=True)
         if sink.shape[0] != hq:

@@ -319,8 +319,10 @@ FOUR_WAYS: tuple[tuple[str, str, str], ...] = (
     ("RoPE", "rotates q and k:", "q by mθ, k by nθ; the logit sees only n − m, v is untouched"),
     ("ALiBi, T5", "added to the logit:", "+ b(i − j) after q·kᵀ (posbook.bias: {biases})"),
     ("NoPE", "nothing:", "no position is added; the causal mask alone lets a decoder tell order"),
+    ("FoX, CoPE, stick-breaking", "from content:", "gates of the tokens between set b or the weights"),
 )
-"""The legend of :func:`four_ways_in`: name, where position enters, how."""
+"""The legend of :func:`four_ways_in`: name, where position enters, how (the four ways that count tokens, then the
+fifth, which computes position from content)."""
 
 
 def _badge(x: float, y: float, number: int) -> str:
@@ -346,7 +348,9 @@ def four_ways_in() -> Diagram:
 
     ① APE adds a position vector to the token before the projections; ② RoPE rotates q and k; ③ ALiBi and T5 add a
     bias to each logit; ④ NoPE adds nothing and leaves the causal mask as the only source of order. The chapter
-    "Four ways in" walks through each.
+    "Four ways in" walks through each. ⑤, the fifth way, computes position from content: FoX and CoPE add a bias made
+    from gates of the tokens between key and query, and stick-breaking replaces the softmax (chapter "Position from
+    content").
     """
     ids = "pb-ways"
     body: list[str] = []
@@ -385,6 +389,7 @@ def four_ways_in() -> Diagram:
     body += [_box(508, mid - 28, 100, 56, green), _text(558, mid - 11, "causal mask", size=14, fill=INK),
              _text(558, mid + 11, "softmax", size=14, fill=INK, weight="600")]
     body.append(_badge(604, mid - 30, 4))
+    body.append(_badge(604, mid + 30, 5))
     # · v and the output
     body.append(_line([(608, mid), (630, mid)], ids=ids))
     body += [_box(632, mid - 24, 56, 48, blue), _text(660, mid + 1, "· v", size=16, fill=INK, weight="600")]
@@ -394,7 +399,8 @@ def four_ways_in() -> Diagram:
     body += [_box(710, mid - 20, 40, 40, ROLE_FILLS["input"]), _text(730, mid + 1, "o", size=16, fill=INK,
                                                                      weight="700")]
     # the legend
-    rows = [(name, where, how.format(biases=", ".join(BIASES))) for name, where, how in FOUR_WAYS]
+    by_distance = [name for name, bias in BIASES.items() if bias.reads == "distances"]
+    rows = [(name, where, how.format(biases=", ".join(by_distance))) for name, where, how in FOUR_WAYS]
     for i, (name, where, how) in enumerate(rows):
         y = 286 + 28 * i
         body.append(_badge(26, y, i + 1))
@@ -404,9 +410,10 @@ def four_ways_in() -> Diagram:
                         class_="way-legend"))
     desc = ("Schematic of one attention layer: the token x at position m goes through W_q, W_k and W_v to q, k and "
             "v; q·kᵀ/√d gives the logits, then the causal mask and softmax, then the weighted sum of v gives the "
-            "output o. Four numbered marks show where position can enter: "
+            "output o. Five numbered marks show where position can enter: "
             + "; ".join(f"{i + 1}, {name}: {where} {how}" for i, (name, where, how) in enumerate(rows)) + ".")
-    return _svg(ids, 760, 286 + 28 * 3 + 22, "Four ways position enters attention", desc, body)
+    return _svg(ids, 760, 286 + 28 * (len(rows) - 1) + 22, "Where position enters attention: four ways and a fifth",
+                desc, body)
 
 
 # ---- 3. RoPE: one plane, and the two layouts -------------------------------------------------------------------------

@@ -43,11 +43,11 @@ class NotModelledError(ValueError):
 
 
 # Old names of standard keys: standard name -> the names older configs use for it (GPT-2, GPT-J, BLOOM, Falcon's
-# RW era, GPT-NeoX, JetMoe, ...). A config that gives a standard key and one of its old names with a different
+# RW era, GPT-NeoX, JetMoe, and the flash-linear-attention models such as FoX: num_heads, ...). A config that gives a standard key and one of its old names with a different
 # value is refused.
 KEY_ALIASES: dict[str, tuple[str, ...]] = {
     "num_hidden_layers": ("n_layer", "n_layers"),
-    "num_attention_heads": ("n_head", "n_heads"),
+    "num_attention_heads": ("n_head", "n_heads", "num_heads"),
     "num_key_value_heads": ("n_head_kv",),
     "hidden_size": ("n_embd", "n_embed", "d_model"),
     "max_position_embeddings": ("n_positions", "max_seq_len"),

@@ -134,6 +134,8 @@ class Normaliser:
         option: the argument only this normaliser reads (``"sink"``, ``"sigmoid_bias"``), or None; given with
             another normaliser it is an error.
         option_required: the option has no default and must be given.
+        ordered: the rule reads a row's keys in order, the last the nearest (stick-breaking): the weights carry
+            position by themselves, and the row must hold no key after its query (a causal mask).
     """
 
     rule: Callable[[torch.Tensor, torch.Tensor | None, float | None], torch.Tensor]
@@ -141,6 +143,7 @@ class Normaliser:
     extra_logit: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] | None = None
     option: str | None = None
     option_required: bool = False
+    ordered: bool = False
 
     def __post_init__(self) -> None:
         _checks.function("rule", self.rule)
@@ -151,6 +154,7 @@ class Normaliser:
         if self.option is not None:
             _checks.text("option", self.option)
         _checks.flag("option_required", self.option_required)
+        _checks.flag("ordered", self.ordered)
 
 
 NORMALISERS: dict[str, Normaliser] = {
@@ -159,7 +163,7 @@ NORMALISERS: dict[str, Normaliser] = {
     "sink": Normaliser(_softmax_with(_sink_logit), paths=("flex",), extra_logit=_sink_logit, option="sink",
                        option_required=True),
     "sigmoid": Normaliser(_sigmoid, option="sigmoid_bias"),
-    "stick_breaking": Normaliser(_stick_breaking),
+    "stick_breaking": Normaliser(_stick_breaking, ordered=True),
 }
 """The registry of the ways a row of logits becomes weights, name → :class:`Normaliser`: ``softmax``; ``softmax1``
 (Miller 2023: a 1 added to the denominator, an implicit zero logit); ``sink`` (a learned logit per head in the

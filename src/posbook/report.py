@@ -191,7 +191,9 @@ def _nested(rope: Any) -> bool:
 
 def position_scheme(config: Any) -> tuple[str, str]:
     """How a config puts position into attention, and the key or code that says so:
-    ``("rope" | "alibi" | "learned" | "sinusoidal" | "t5" | "nope" | "unknown", source)``.
+    ``("rope" | "alibi" | "learned" | "sinusoidal" | "t5" | "forget_gate" | "stick_breaking" | "nope" | "unknown",
+    source)``. FoX's forget gates (``fgate_type``, Lin et al. 2025) and stick-breaking attention (its model_type) are
+    the two ways of computing position from content that ship in configs.
 
     ``config`` is any form :func:`~posbook.hf_config.read_config` reads. The config's own keys decide first
     (``alibi: true``, a rope base or rope dict); otherwise the architecture's modeling code, as recorded from
@@ -200,6 +202,10 @@ def position_scheme(config: Any) -> tuple[str, str]:
     flat = read_config(config, check_rope=False)
     if flat.get("alibi") is True:
         return "alibi", "alibi: true"
+    if flat.get("fgate_type") not in (None, "none"):
+        return "forget_gate", f"fgate_type: {flat['fgate_type']!r}"
+    if "stickbreaking" in str(flat.get("model_type", "")).replace("_", "").replace("-", "").lower():
+        return "stick_breaking", f"model_type {flat['model_type']!r}"
     if flat.get("rope_theta") is not None or rope_dict(flat):
         return "rope", "rope_theta" if not rope_dict(flat) else "rope dict"
     model_type = flat.get("model_type")
@@ -297,6 +303,16 @@ def _other_position(flat: Mapping[str, Any], scheme: str, source: str, attention
                                                   f"distance, the same for every distance past {distance} ({source})")
         entry.update({"num_buckets": buckets, "max_distance": distance})
         return entry
+    if scheme == "forget_gate":
+        rope = " and RoPE besides (use_rope: true)" if flat.get("use_rope") is True else ", no RoPE"
+        return _no_rope(attention, layers, "forget_gate", f"a forget gate per head and token, computed from content: "
+                                                          f"each logit gets the sum of the log gates between key and "
+                                                          f"query, a data-dependent ALiBi{rope} ({source}); the cache "
+                                                          f"also holds one gate per token and head")
+    if scheme == "stick_breaking":
+        return _no_rope(attention, layers, "stick_breaking", f"no position encoding: stick-breaking attention weights "
+                                                             f"each key by what the nearer keys left, an order of "
+                                                             f"recency computed from content ({source})")
     if scheme == "nope":
         return _no_rope(attention, layers, "nope", f"no position encoding: {source}")
     return _no_rope(attention, layers, "unknown", f"posbook cannot tell how position enters: {source}")
@@ -681,6 +697,7 @@ def _spectrum_lines(e: Mapping[str, Any], context: int) -> list[str]:
 
 
 _POSITION_LABELS = {"nope": "No position", "alibi": "ALiBi", "learned": "Learned absolute positions",
+                    "forget_gate": "FoX forget gates", "stick_breaking": "Stick-breaking attention",
                     "sinusoidal": "Sinusoidal absolute positions", "t5": "T5 relative buckets",
                     "unknown": "Position unknown", "refused": "RoPE not modelled", "invalid": "RoPE dict invalid"}
 
