@@ -43,17 +43,24 @@ class NotModelledError(ValueError):
 
 
 # Old names of standard keys: standard name -> the names older configs use for it (GPT-2, GPT-J, BLOOM, Falcon's
-# RW era, GPT-NeoX, JetMoe, and the flash-linear-attention models such as FoX: num_heads, ...). A config that gives a standard key and one of its old names with a different
+# RW era, GPT-NeoX, JetMoe, ...). A config that gives a standard key and one of its old names with a different
 # value is refused.
 KEY_ALIASES: dict[str, tuple[str, ...]] = {
     "num_hidden_layers": ("n_layer", "n_layers"),
-    "num_attention_heads": ("n_head", "n_heads", "num_heads"),
+    "num_attention_heads": ("n_head", "n_heads"),
     "num_key_value_heads": ("n_head_kv",),
     "hidden_size": ("n_embd", "n_embed", "d_model"),
     "max_position_embeddings": ("n_positions", "max_seq_len"),
     "partial_rotary_factor": ("rotary_pct",),
     "rope_theta": ("rotary_emb_base",),
     "head_dim": ("kv_channels",),
+}
+
+# Names that mean a standard key only in some architectures' configs, model_type -> {name: standard name}: the
+# Forgetting Transformer's code names its attention heads num_heads, which Mamba-2 and xLSTM use for recurrent heads.
+MODEL_KEY_ALIASES: dict[str, dict[str, str]] = {
+    "forgetting_transformer": {"num_heads": "num_attention_heads"},
+    "forgetting_transformer-project_fox": {"num_heads": "num_attention_heads"},
 }
 
 # Keys whose effect posbook does not model -> (what the key does, which arithmetic it breaks: "rope", "kv" or
@@ -260,6 +267,9 @@ def _read(config: Any, check_rope: bool) -> tuple[dict[str, Any], dict[str, Any]
         for old in old_names:
             if old in flat:
                 _rename(flat, old, standard)
+    for old, standard in MODEL_KEY_ALIASES.get(flat.get("model_type"), {}).items():
+        if old in flat:
+            _rename(flat, old, standard)
     _falcon_heads(flat)
     _rotary_dim(flat)
     _absent_rope_theta(flat)
