@@ -337,7 +337,7 @@ def passkey_extension() -> dict[str, TrainConfig]:
             for name, run in _stretched("long_context", f"RoPE/{seed}", PASSKEY_TRAINED_LENGTH, PASSKEY_FACTORS,
                                         finetunes).items()}
     return runs | {f"DroPE/1/{steps}/{seed}": dropped("long_context", f"RoPE/{seed}", steps) for seed in SEEDS
-                   for steps in (0, PASSKEY_FINETUNE_STEPS)}
+                   for steps in (0, PASSKEY_FINETUNE_STEPS, 4 * PASSKEY_FINETUNE_STEPS)}
 
 
 GRIDS: dict[str, Callable[[], dict[str, TrainConfig]]] = {
@@ -391,6 +391,6 @@ GRID_WEIGHTS: dict[str, set[str]] = {
     "long_context": {"RoPE/0", "RoPE/1", "RoPE/2", *(f"{variant}/0" for variant in PROBE_VARIANTS)},
     "extrapolation.colab": {"RoPE/0"},
     # Stick-breaking's flip-flop seed 0 never learned the task (exact match 0.5 at every size): seed 1 ships instead.
-    "content_positions": {*(f"{scheme}/0" for scheme in CONTENT_SCHEMES), "flip-flop/RoPE/0", "flip-flop/FoX/0",
+    "content_positions": {*(f"{scheme}/0" for scheme in CONTENT_SCHEMES), "flip-flop/FoX/0",
                           "flip-flop/Stick-breaking/1", "flip-flop/CoPE/0"},
 }
