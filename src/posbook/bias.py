@@ -174,7 +174,7 @@ def forget_gate_bias(log_forget: torch.Tensor, q_len: int | None = None) -> torc
         q_len: the queries are the last ``q_len`` tokens (default all, k_len).
 
     Returns:
-        [..., q_len, k_len] in float32 (float64 for float64 input): the bias to add to the scaled logits.
+        The bias to add to the scaled logits, shape [..., q_len, k_len], in float32 (float64 for float64 input).
     """
     _checks.tensor("log_forget", log_forget, ndim_min=1, floating=True)
     if not log_forget.shape[-1]:
@@ -208,7 +208,7 @@ def contextual_positions(logits: torch.Tensor) -> torch.Tensor:
             keys); NaN and +inf are refused.
 
     Returns:
-        p of the shape of ``logits``.
+        The counts p, of the shape of ``logits``.
     """
     _checks.logits("logits", logits)
     _checks.tensor("logits", logits, ndim_min=2, floating=True)
@@ -232,8 +232,8 @@ def cope_bias(q: torch.Tensor, logits: torch.Tensor, embeddings: torch.Tensor) -
         embeddings: [d, n_positions] the position embeddings e[0], e[1], … as columns.
 
     Returns:
-        [..., q_len, k_len] the bias to add to ``logits``. NaN and ±inf in q or the embeddings, and NaN or +inf in
-        the logits, are refused.
+        The bias to add to ``logits``, shape [..., q_len, k_len]. NaN and ±inf in q or the embeddings, and NaN or
+        +inf in the logits, are refused.
     """
     _checks.tensor("q", q, ndim_min=2, floating=True)
     _checks.finite("q", q)

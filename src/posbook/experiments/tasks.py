@@ -21,9 +21,9 @@ reverse-   reverse's tokens at position ids s, s+1 … s+n, s+n+1            x�
 coupled
 copy-      BOS a₁ x₁ … aₙ xₙ SEP, labels a₁ < … < aₙ drawn from 64         a₁ x₁ … aₙ xₙ EOS (Zhou et al.
 indexed                                                                2023's index hints)
-flip-flop  BOS o₁ b₁ … oₙ bₙ READ: n instructions, each WRITE or SKIP     b EOS, b the bit of the last
-           and a bit; o₁ is WRITE, the others WRITE with probability   WRITE (Liu et al. 2023's flip-
-           1/10                                                        flop, one read at the end)
+flip-flop  BOS o₁ b₁ … oₙ bₙ READ: n instructions, each WRITE or       b EOS, b the bit of the last
+           SKIP and a bit; o₁ is WRITE, each later one WRITE with      WRITE (Liu et al. 2023's flip-
+           probability 1/10                                            flop, with one read at the end)
 =========  ==========================================================  ==============================
 
 A task that sets its own position ids (the coupled ones) hands them out with its batches, for
