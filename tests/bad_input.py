@@ -262,6 +262,8 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.ContextualPositionBias": S(lambda: dict(n_heads=4, head_dim=8, n_positions=6)),
     "posbook.ContextualPositionBias.forward": method(lambda: pb.ContextualPositionBias(4, head_dim=8, n_positions=6),
                                                      lambda: dict(q=rand(1, 4, 5, 8), k=rand(1, 2, 5, 8), scale=0.3)),
+    "posbook.ContextualPositionBias.positions": method(lambda: pb.ContextualPositionBias(4, head_dim=8, n_positions=6),
+                                                       lambda: dict(q=rand(1, 4, 5, 8), k=rand(1, 2, 5, 8), scale=0.3)),
     "posbook.forget_gate_bias": S(lambda: dict(log_forget=-rand(2, 5).abs(), q_len=3)),
     "posbook.contextual_positions": S(lambda: dict(logits=rand(3, 5))),
     "posbook.cope_bias": S(lambda: dict(q=rand(3, 8), logits=rand(3, 5), embeddings=rand(8, 6))),

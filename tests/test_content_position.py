@@ -224,6 +224,7 @@ def test_cope_module_gates_with_the_layers_own_logits():
     z = (q @ k.repeat_interleave(2, dim=1).transpose(-2, -1)) * 0.3
     z = z.masked_fill(~pb.attention_mask("causal", 10), -math.inf)
     torch.testing.assert_close(module(q, k, 0.3), cope_bias(q, z, module.embeddings), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(module.positions(q, k, 0.3), contextual_positions(z), rtol=1e-12, atol=1e-12)
 
 
 # --- in the experiment model ------------------------------------------------------------------------------------

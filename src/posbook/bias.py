@@ -328,6 +328,16 @@ class ContextualPositionBias(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
         """Shapes, dtypes and ``scale`` are checked; no tensor value is read on the host, so NaN and ±inf in q and k
         pass through (a NaN logit counts as position 0)."""
+        return _cope(q, self._logits(q, k, scale), self.embeddings)
+
+    def positions(self, q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+        """The counts p the layer reads its embeddings at (:func:`contextual_positions` of its causal logits),
+        [batch, n_heads, T, T], before the table's clamp; checked as :meth:`forward` checks its arguments (NaN and
+        ±inf in q and k pass through)."""
+        return _contextual_positions(self._logits(q, k, scale))
+
+    def _logits(self, q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+        """q·kᵀ·scale in float32 at least, keys after each query at −inf, after checking q, k and scale."""
         _checks.tensor("q", q, ndim=4, floating=True)
         _checks.tensor("k", k, ndim=4, floating=True)
         _checks.number("scale", scale, positive=True)
@@ -342,8 +352,7 @@ class ContextualPositionBias(nn.Module):
         compute = torch.float64 if q.dtype == torch.float64 else torch.float32       # gates and counts in float32 at least
         logits = (q.to(compute) @ k.to(compute).transpose(-2, -1)) * scale
         t_q, t_k = logits.shape[-2:]
-        hidden = relative_positions(t_q, t_k, device=q.device) > 0
-        return _cope(q, logits.masked_fill(hidden, float("-inf")), self.embeddings)
+        return logits.masked_fill(relative_positions(t_q, t_k, device=q.device) > 0, float("-inf"))
 
 
 BIASES: dict[str, type[nn.Module]] = {"alibi": ALiBiBias, "t5": T5RelativeBias, "forget": ForgetGateBias,

@@ -183,7 +183,7 @@ class GPTConfig:
     def __post_init__(self):
         # Sizes become tensor dimensions or loop counts (n_layer builds that many blocks): 2**40 is refused here.
         for name in ("vocab_size", "n_layer", "n_head", "n_embd", "mlp_ratio", "max_seq_len", "window", "chunk_size",
-                     "t5_num_buckets", "t5_max_distance", "cope_positions"):
+                     "t5_num_buckets", "t5_max_distance"):
             _checks.size(name, getattr(self, name))
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
@@ -217,9 +217,7 @@ class GPTConfig:
         if own_normaliser and self.sinks:
             raise ValueError(f"layer code(s) {own_normaliser} normalise with their own rule, not a softmax with a "
                              "sink; got sinks=True")
-        if self.cope_positions < 2:
-            raise ValueError(f"cope_positions must be at least 2 (CoPE interpolates between two embeddings), got "
-                             f"{self.cope_positions}")
+        _checks.size("cope_positions", self.cope_positions, min_value=2)     # CoPE interpolates between two rows
         scaling = LOGIT_SCALINGS[self.logit_scaling]
         if scaling is not None:
             scaling(torch.zeros(1), self)      # the scale's own checks of its options (swan_a, llama4_*), once, here
