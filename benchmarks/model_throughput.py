@@ -9,11 +9,13 @@ With ``--layer-codes``, instead: every layer code of the experiment model (``pos
 against RoPE layers in the same model, at T = 64 and T = 256, with one and two threads: tokens/s of a model whose
 every layer has that code, relative to the all-R model measured in the same rounds. Local layers (S, C) get a
 window / chunk of T/4, so they do less work than a global layer. Goal: every code ≥ 0.95×, local codes ≥ 1.0×.
-Then what bounds a code that falls short: each code's attention layer alone against R's, and SDPA's causal kernel
-against the one an additive [H, T, T] bias forces (ALiBi, T5).
+Then what bounds a code that falls short: the FLOP ceiling (R's training FLOPs per token over the code's, from
+``GPT.flops_per_token``: the most a compute-bound code can reach), each code's attention layer alone against R's,
+and SDPA's causal kernel against the one an additive [H, T, T] bias forces (ALiBi, T5, FoX, CoPE) and against the
+reference path, which materialises the weights (stick-breaking and CoPE have no fused kernel).
 
     .venv/bin/python benchmarks/model_throughput.py [--threads N] [--steps S] [--seq-len T] [--batch B]
-    .venv/bin/python benchmarks/model_throughput.py --layer-codes [--rounds R] [--steps S]
+    .venv/bin/python benchmarks/model_throughput.py --layer-codes [--rounds R] [--steps S] [--codes RBX]
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from local_attention import timed
+import posbook as pb
 from posbook.experiments.model import GPT, LAYER_CODES, GPTConfig
 
 
@@ -111,7 +114,7 @@ def layer_code_table(args) -> None:
     """Each layer code's tokens/s over the all-RoPE model's, measured side by side (alternating) in one run."""
     print(f"torch {torch.__version__}; {args.n_layer} layers x {args.n_embd} wide, {args.n_head} heads, batch "
           f"{args.batch}; tokens/s of an all-<code> model / an all-R model, median of {args.rounds} rounds")
-    codes = list(LAYER_CODES)
+    codes = args.codes
     header = f"{'code':5s} {'what':40s}"
     columns = [(threads, t) for threads in (1, 2) for t in (64, 256)]
     header += "".join(f"  {f'{n}t T={t}':>10s}" for n, t in columns)
@@ -142,11 +145,21 @@ def bounds(args, columns) -> None:
     forces (an additive [H, T, T] float mask, without and with a gradient, as ALiBi and T5 pass it) against SDPA's
     causal kernel. The MLP, norms, embeddings and optimiser cost the same in every code, so a model's ratio lies
     between 1 and its attention layer's."""
-    codes = list(LAYER_CODES)
+    codes = args.codes
+    print("\nFLOP ceiling: R's training FLOPs per token / the code's (GPT.flops_per_token)")
+    print(f"{'code':5s}" + "".join(f"  {f'T={t}':>10s}" for t in sorted({t for _, t in columns})))
+    for code in codes:
+        ratios = []
+        for t in sorted({t for _, t in columns}):
+            flops = {c: GPT(GPTConfig(vocab_size=256, n_layer=args.n_layer, n_embd=args.n_embd, n_head=args.n_head,
+                                      max_seq_len=t, pattern=c, window=t // 4, chunk_size=t // 4)).flops_per_token(t)
+                     for c in ("R", code)}
+            ratios.append(flops["R"] / flops[code])
+        print(f"{code:5s}" + "".join(f"  {r:10.2f}" for r in ratios))
     print(f"\nattention layer alone, forward + backward: R's time / the code's (batch {args.batch})")
     print(f"{'code':5s}" + "".join(f"  {f'{n}t T={t}':>10s}" for n, t in columns))
     rows = {code: [] for code in codes}
-    kernels = {name: [] for name in ("bias, no grad", "bias with grad")}
+    kernels = {name: [] for name in ("bias, no grad", "bias with grad", "reference path")}
     for threads, t in columns:
         torch.set_num_threads(threads)
         layers, x = {}, torch.randn(args.batch, t, args.n_embd, requires_grad=True)
@@ -170,9 +183,14 @@ def bounds(args, columns) -> None:
             lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias).sum().backward(), args.steps, warmup=2))
         kernels["bias with grad"].append(causal / timed(
             lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias_grad).sum().backward(), args.steps, warmup=2))
+        # softmax over the materialised logits, as a normaliser without a fused kernel runs (stick-breaking; CoPE,
+        # which needs the logits for its gates, computes them once more besides)
+        kernels["reference path"].append(causal / timed(
+            lambda: pb.attention(q, k, v, causal=True, impl="reference").sum().backward(), args.steps, warmup=2))
     for code in codes:
         print(f"{code:5s}" + "".join(f"  {r:10.2f}" for r in rows[code]))
-    print("\nSDPA alone, forward + backward: causal kernel's time / with a [H, T, T] additive mask")
+    print("\nthe core alone, forward + backward: SDPA's causal kernel's time / SDPA with a [H, T, T] additive mask,"
+          " and / the reference path")
     for name, values in kernels.items():
         print(f"{name:16s}" + "".join(f"  {r:10.2f}" for r in values))
 
@@ -188,7 +206,13 @@ def main() -> None:
     parser.add_argument("--n-head", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2, help="alternate the two models this many times")
     parser.add_argument("--layer-codes", action="store_true", help="the per-layer-code table (4 × 128 model)")
+    parser.add_argument("--codes", default="".join(LAYER_CODES),
+                        help="with --layer-codes, the codes to measure (R, the reference, is always measured)")
     args = parser.parse_args()
+    unknown = sorted(set(args.codes) - set(LAYER_CODES))
+    if unknown:
+        parser.error(f"--codes holds {unknown}, which are not layer codes; the codes are {''.join(LAYER_CODES)}")
+    args.codes = ["R"] + [c for c in dict.fromkeys(args.codes) if c != "R"]
     if args.layer_codes:
         if args.n_embd == 256:       # the table's model is the 4 × 128 of the experiments
             args.n_embd = 128
