@@ -21,6 +21,15 @@ RUNS_SIDEWAYS = ("() => [...document.querySelectorAll('article *')].filter(e => 
                  " for (let p = e.parentElement; p; p = p.parentElement)"
                  " if (['auto', 'scroll', 'hidden'].includes(getComputedStyle(p).overflowX)) return false;"
                  " return true; }).slice(0, 3).map(e => `${e.tagName} ${(e.textContent || '').trim().slice(0, 50)}`)")
+# Code blocks in the prose (not the cells' code, which is shown folded or scrolls by design) that a desktop reader
+# would have to scroll sideways to read: a command cut off at the column's edge.
+CLIPPED_COMMANDS = ("() => [...document.querySelectorAll('article div[class*=highlight-] pre')]"
+                    ".filter(p => !p.closest('.cell') && p.offsetParent !== null && p.scrollWidth > p.clientWidth + 1)"
+                    ".map(p => p.textContent.trim().split('\\n').sort((a, b) => b.length - a.length)[0].slice(0, 80))")
+# Images a screen reader could only name by their file (or not at all).
+UNDESCRIBED_IMAGES = ("() => [...document.querySelectorAll('article img')].filter(i => !i.closest('[hidden]'))"
+                      ".filter(i => !i.alt.trim() || /\\.(png|svg|jpe?g|gif|webp)$/i.test(i.alt.trim()))"
+                      ".map(i => i.src.split('/').pop().slice(0, 60))")
 VISIBLE_SEARCH = (f"() => [...document.querySelectorAll('{SEARCH_CONTROLS}')]"
                   ".filter(e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden').length")
 
@@ -97,6 +106,29 @@ def test_page(page_path, book_url, browser):
         " && !(s.parentElement && s.parentElement.querySelector('.widget-subarea, .jupyter-widgets'))).length")
     assert widgets_failed == 0, f"{page_path}: {widgets_failed} widgets were not rendered"
 
+    # No widget manager (require.js, the 3.6 MB ipywidgets bundle) where no widget is shown.
+    views = page.evaluate("() => document.querySelectorAll('script[type=\"application/vnd.jupyter.widget-view+json\"]').length")
+    bundles = page.evaluate("() => [...document.scripts].map(s => s.src).filter(s => /embed-amd|require\\.min/.test(s))")
+    assert views > 0 or bundles == [], f"{page_path}: loads {bundles} but shows no widget"
+
+    # Static explorers (posbook.viz.interactive_figure): one frame shows, and moving a slider shows another.
+    for index in range(page.locator(".posbook-explorer").count()):
+        explorer = page.locator(".posbook-explorer").nth(index)
+        shown = "e => [...e.querySelectorAll('.posbook-explorer-frame')].filter(f => !f.hidden).map(f => f.src)"
+        before = explorer.evaluate(shown)
+        assert len(before) == 1, f"{page_path}: explorer {index} shows {len(before)} frames, not one"
+        explorer.evaluate("e => { const s = e.querySelector('input[type=range]');"
+                          " s.value = (Number(s.value) + 1) % (Number(s.max) + 1);"
+                          " s.dispatchEvent(new Event('input')); }")
+        after = explorer.evaluate(shown)
+        assert len(after) == 1 and after != before, f"{page_path}: explorer {index}'s slider did not change its frame"
+
+    page.set_viewport_size({"width": 1400, "height": 900})
+    clipped = page.evaluate(CLIPPED_COMMANDS)
+    assert clipped == [], f"{page_path}: code blocks in the prose run past the column at 1400 px: {clipped}"
+    undescribed = page.evaluate(UNDESCRIBED_IMAGES)
+    assert undescribed == [], f"{page_path}: images without a description (alt text): {undescribed}"
+
     # Links within the page (the claims badge, {claim} links from the prose to a row of the claims table) land
     # on something; a link to a claim the page no longer checks would otherwise go nowhere, silently.
     dangling = page.evaluate(
@@ -107,4 +139,17 @@ def test_page(page_path, book_url, browser):
     assert external == [], f"{page_path}: requests leaving the machine: {external}"
     assert failed == [], f"{page_path}: failed requests: {failed}"
     assert console_errors == [], f"{page_path}: browser console errors: {console_errors}"
+    page.close()
+
+
+def test_search_snippets_show_no_raw_tex(book_url, browser):
+    # Snippets are cut from pages' text before MathJax typesets it; posbook-search.js reads the math's content.
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{book_url}/search.html?q=training+length", wait_until="networkidle")
+    page.wait_for_function("() => document.querySelectorAll('#search-results li p.context').length > 3",
+                           timeout=60000)
+    snippets = page.evaluate("() => [...document.querySelectorAll('#search-results li p.context')]"
+                             ".map(p => p.textContent)")
+    raw = [s[:120] for s in snippets if "\\(" in s or "\\)" in s or "$$" in s]
+    assert raw == [], f"search snippets with raw TeX: {raw}"
     page.close()

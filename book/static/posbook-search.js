@@ -1,0 +1,16 @@
+// Search result snippets are cut from a page's text before MathJax typesets it, so inline math would show as raw
+// TeX ("16\(T\)"). Snippets read the math's content instead: delimiters, braces and backslashes dropped.
+(() => {
+  const plainMath = (tex) => tex.replace(/\\([A-Za-z]+)/g, "$1").replace(/[{}]/g, "").replace(/\\/g, "");
+  const patch = () => {
+    if (!window.Search || !Search.htmlToText || Search.htmlToText.posbookPlain) return;
+    const original = Search.htmlToText;
+    Search.htmlToText = (html, anchor) => original(html, anchor)
+      .replace(/\\\(([\s\S]*?)\\\)/g, (_, tex) => plainMath(tex.trim()))
+      .replace(/\\\[([\s\S]*?)\\\]/g, (_, tex) => plainMath(tex.trim()))
+      .replace(/\$\$([\s\S]*?)\$\$/g, (_, tex) => plainMath(tex.trim()));
+    Search.htmlToText.posbookPlain = true;
+  };
+  patch();
+  document.addEventListener("DOMContentLoaded", patch);
+})();
