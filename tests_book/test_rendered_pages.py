@@ -30,6 +30,19 @@ CLIPPED_COMMANDS = ("() => [...document.querySelectorAll('article div[class*=hig
 UNDESCRIBED_IMAGES = ("() => [...document.querySelectorAll('article img')].filter(i => !i.closest('[hidden]'))"
                       ".filter(i => !i.alt.trim() || /\\.(png|svg|jpe?g|gif|webp)$/i.test(i.alt.trim()))"
                       ".map(i => i.src.split('/').pop().slice(0, 60))")
+# Claims (rows of the opened table) whose number is not on their text's first line, or whose computed, expected,
+# source and mark take more than two lines under it: the phone layout of book/static/posbook.css.
+CLAIM_ROWS_ON_A_PHONE = (
+    "() => { const d = document.querySelector('details.posbook-claims'); d.open = true;"
+    " const bad = [...d.querySelectorAll('tbody tr')].filter(tr => { const c = [...tr.children];"
+    " if (c.length < 6) return false; const r = c.map(e => e.getBoundingClientRect());"
+    " const line = parseFloat(getComputedStyle(c[2]).lineHeight) || 20;"
+    " return Math.abs(r[0].top - r[1].top) > 4 || r[2].top < r[1].bottom - 2 || r[5].bottom - r[2].top > 2.2 * line; })"
+    ".slice(0, 3).map(tr => tr.children[0].textContent.trim()); d.open = false; return bad; }")
+# Where the page's first figure starts, in screens from the top (None: the page has no figure).
+FIRST_FIGURE_SCREENS = ("() => { const f = [...document.querySelectorAll('article figure')]"
+                        ".find(e => e.getBoundingClientRect().height > 100);"
+                        " return f ? (f.getBoundingClientRect().top + scrollY) / innerHeight : null; }")
 VISIBLE_SEARCH = (f"() => [...document.querySelectorAll('{SEARCH_CONTROLS}')]"
                   ".filter(e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden').length")
 
@@ -73,8 +86,14 @@ def test_page(page_path, book_url, browser):
         ".map(i => i.src)")
     assert broken == [], f"{page_path}: images not loaded: {broken}"
 
-    for width in (1400, 390):  # a desktop and a phone: the column narrows, the figures must keep their shape
-        page.set_viewport_size({"width": width, "height": 900})
+    for width, height in ((1400, 900), (390, 844)):  # a desktop and a phone: the figures must keep their shape
+        page.set_viewport_size({"width": width, "height": height})
+        if page_path.startswith("notebooks/ch"):
+            # A chapter leads with its key figure: on the first screen of a desktop, within two of a phone.
+            first = page.evaluate(FIRST_FIGURE_SCREENS)
+            limit = 0.6 if width == 1400 else 2.0
+            assert first is not None and first < limit, \
+                f"{page_path}: the first figure starts {first} screens down at {width} px (at most {limit})"
         squashed = page.evaluate(
             "() => [...document.images].filter(i => i.offsetParent !== null && i.naturalWidth > 0 && i.clientHeight > 0"
             " && Math.abs((i.clientWidth / i.clientHeight) / (i.naturalWidth / i.naturalHeight) - 1) > 0.02)"
@@ -87,6 +106,10 @@ def test_page(page_path, book_url, browser):
             " const r = t.getBoundingClientRect().right - d.getBoundingClientRect().right;"
             " d.open = false; return r; }).filter(r => r > 1)")
         assert overflow == [], f"{page_path}: the claims table runs {overflow} px past the column at {width} px"
+        if width == 390 and page.locator("details.posbook-claims").count():
+            # On a phone a claim is its number and text, then one line of computed · expected · source ✓.
+            loose = page.evaluate(CLAIM_ROWS_ON_A_PHONE)
+            assert loose == [], f"{page_path}: claims that take more than text + two lines at 390 px: {loose}"
         sideways = page.evaluate(RUNS_SIDEWAYS)
         assert sideways == [], f"{page_path}: at {width} px these run past the screen, so the page scrolls sideways: {sideways}"
         # One way to search (the sidebar's field on a desktop, the header's button on a phone), and it opens search.
@@ -105,6 +128,13 @@ def test_page(page_path, book_url, browser):
         ".filter(s => !s.previousElementSibling || !s.previousElementSibling.classList.contains('widget-subarea')"
         " && !(s.parentElement && s.parentElement.querySelector('.widget-subarea, .jupyter-widgets'))).length")
     assert widgets_failed == 0, f"{page_path}: {widgets_failed} widgets were not rendered"
+
+    # The claims badge under the title opens the table it links to.
+    if page.locator("a.posbook-claims-badge").count():
+        page.locator("a.posbook-claims-badge").first.click()
+        assert page.evaluate("() => document.querySelector('details.posbook-claims').open"), \
+            f"{page_path}: the claims badge did not open the claims table"
+        page.evaluate("() => { document.querySelector('details.posbook-claims').open = false; }")
 
     # No widget manager (require.js, the 3.6 MB ipywidgets bundle) where no widget is shown.
     views = page.evaluate("() => document.querySelectorAll('script[type=\"application/vnd.jupyter.widget-view+json\"]').length")

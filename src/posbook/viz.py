@@ -106,8 +106,9 @@ class Slider:
 
 
 def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], static: Sequence[Mapping[str, Any]],
-                       *, ncols: int = 3, panel_size: tuple[float, float] = (4.0, 3.0), title: str | None = None) -> None:
-    """Show ``draw(ax, **params)`` as small multiples over ``static``, then a figure whose sliders move its knobs.
+                       *, ncols: int = 3, panel_size: tuple[float, float] = (4.0, 3.0), title: str | None = None) -> Any:
+    """Show ``draw(ax, **params)`` as small multiples over ``static``, then a figure whose sliders move its knobs;
+    return the small multiples' matplotlib figure (to glue elsewhere on the page, say).
 
     The small multiples are an ordinary image, so the rendered book keeps a meaningful figure where no kernel runs;
     the sliders (``sliders``: parameter name → :class:`Slider`) redraw a single panel in Jupyter or Colab. The
@@ -151,7 +152,7 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
     from IPython.display import HTML, display
     if os.environ.get(STATIC_ENV) == "1":
         display(HTML(explorer_html(sliders, lambda params: _palette_png(render(params, 100)), title=title)))
-        return
+        return fig
 
     import ipywidgets
 
@@ -169,6 +170,7 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
     for control in controls.values():
         control.observe(redraw, names="value")
     display(ipywidgets.VBox([*controls.values(), image]))
+    return fig
 
 
 def explorer_html(sliders: Mapping[str, Slider], render: Callable[[Mapping[str, Any]], bytes], *,
