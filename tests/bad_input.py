@@ -1064,6 +1064,9 @@ UNCHECKED = {
     "posbook.experiments.model.MLP.forward": "GPT.forward checks the token ids once per step",
     "posbook.experiments.model.Block.forward": "GPT.forward checks the token ids once per step",
     "posbook.DiffAttention.attend": "DiffAttention.forward checks x and rope (the model's layer makes both itself)",
+    "posbook.ForgetGateBias.unchecked": "ForgetGateBias.forward checks x (the model's FoX layer makes it itself)",
+    "posbook.ContextualPositionBias.unchecked": "ContextualPositionBias.forward checks q, k and scale (the model's "
+                                                "CoPE layer makes them itself)",
 }
 
 

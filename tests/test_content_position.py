@@ -251,3 +251,17 @@ def test_fox_layer_with_open_gates_is_a_nope_layer():
     nope.load_state_dict({name: p for name, p in fox.state_dict().items() if ".bias.gate." not in name})
     idx = torch.randint(0, 256, (2, 16))
     torch.testing.assert_close(fox(idx), nope(idx), rtol=0, atol=1e-12)
+
+
+def test_the_unchecked_biases_give_the_checked_ones_bits():
+    # The model's FoX and CoPE layers call .unchecked at every step: the same numbers as forward, no check.
+    torch.manual_seed(0)
+    fox = pb.ForgetGateBias(4, n_embd=16)
+    nn_init = torch.nn.init
+    nn_init.normal_(fox.gate.bias)
+    x = torch.randn(2, 9, 16)
+    assert torch.equal(fox.unchecked(x), fox(x))
+    cope = pb.ContextualPositionBias(4, head_dim=8, n_positions=6)
+    nn_init.normal_(cope.embeddings)
+    q, k = torch.randn(2, 4, 9, 8), torch.randn(2, 2, 9, 8)
+    assert torch.equal(cope.unchecked(q, k, 0.35), cope(q, k, 0.35))

@@ -296,6 +296,9 @@ class ForgetGateBias(nn.Module):
         if x.dtype != self.gate.weight.dtype and not torch.is_autocast_enabled(x.device.type):
             raise TypeError(f"x must have the gate's dtype {self.gate.weight.dtype} (or run under torch.autocast), "
                             f"got {x.dtype}")
+        return self._log_forget(x)
+
+    def _log_forget(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.gate(x)
         compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
         return F.logsigmoid(logits.to(compute)).transpose(-1, -2)
@@ -304,6 +307,11 @@ class ForgetGateBias(nn.Module):
         """x [..., T, n_embd] → [..., n_heads, T, T], checked as :meth:`log_forget` checks it (NaN and ±inf in x
         pass through)."""
         return _forget_gate(self.log_forget(x), x.shape[-2])
+
+    def unchecked(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` unchecked, for the experiment model's FoX layer at every training step: its hidden
+        states come from token ids that ``GPT.forward`` checked once."""
+        return _forget_gate(self._log_forget(x), x.shape[-2])
 
 
 class ContextualPositionBias(nn.Module):
@@ -330,6 +338,11 @@ class ContextualPositionBias(nn.Module):
         pass through (a NaN logit counts as position 0)."""
         return _cope(q, self._logits(q, k, scale), self.embeddings)
 
+    def unchecked(self, q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+        """:meth:`forward` unchecked, for the experiment model's CoPE layer at every training step: it made q, k and
+        scale itself from hidden states that ``GPT.forward`` checked once."""
+        return _cope(q, self._masked_logits(q, k, scale), self.embeddings)
+
     def positions(self, q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
         """The counts p the layer reads its embeddings at (:func:`contextual_positions` of its causal logits),
         [batch, n_heads, T, T], before the table's clamp; checked as :meth:`forward` checks its arguments (NaN and
@@ -348,6 +361,10 @@ class ContextualPositionBias(nn.Module):
         if k.shape[0] != batch or k.shape[3] != width or not k.shape[1] or heads % k.shape[1] or k.shape[2] < q.shape[2]:
             raise ValueError(f"k must be [batch={batch}, heads dividing {heads}, T >= {q.shape[2]}, {width}], got shape "
                              f"{tuple(k.shape)}")
+        return self._masked_logits(q, k, scale)
+
+    @staticmethod
+    def _masked_logits(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1) if k.shape[1] != q.shape[1] else k
         compute = torch.float64 if q.dtype == torch.float64 else torch.float32       # gates and counts in float32 at least
         logits = (q.to(compute) @ k.to(compute).transpose(-2, -1)) * scale

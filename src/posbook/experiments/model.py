@@ -423,9 +423,10 @@ class Attention(nn.Module):
         the layer's input x (FoX), or its q and k (CoPE). The last two count tokens, not position ids."""
         if self.bias.reads == "distances":
             return self.bias(t) if positions is None else self.bias.for_distances(_relative(positions))
+        # FoX's and CoPE's modules check their inputs when called; the layer made these itself (unchecked layer).
         if self.bias.reads == "hidden":
-            return self.bias(x)
-        return self.bias(q, k, self.scale)
+            return self.bias.unchecked(x)
+        return self.bias.unchecked(q, k, self.scale)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x: [batch, T, n_embd] → [batch, T, n_embd], unchecked: :meth:`GPT.forward` checks the token ids (and the
