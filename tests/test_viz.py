@@ -32,7 +32,7 @@ def run(monkeypatch, static_env, sliders=SLIDERS):
         drawn.append((a, b))
         ax.plot([0, a * (b + 1)])
 
-    viz.interactive_figure(draw, sliders, [{"a": 1}, {"a": 2}, {"a": 3}], panel_size=(4.0, 3.0))
+    viz.interactive_figure(draw, sliders, [{"a": 1}, {"a": 2}, {"a": 3}], alt="Three lines.", panel_size=(4.0, 3.0))
     plt.close("all")
     return shown, displayed, drawn
 
@@ -47,8 +47,10 @@ def test_static_figure_fits_the_column_and_live_widget_follows(monkeypatch):
 
 def test_book_build_shows_frames_for_every_position_and_no_widget(monkeypatch):
     shown, displayed, drawn = run(monkeypatch, static_env=True)
-    assert len(shown) == 1 and len(displayed) == 1 and isinstance(displayed[0], HTML)
+    # one output (one figure under the cell's caption): the small multiples with their alt text, then the explorer
+    assert shown == [] and len(displayed) == 1 and isinstance(displayed[0], HTML)
     page = displayed[0].data
+    assert page.startswith('<img class="posbook-small-multiples" width="') and 'alt="Three lines."' in page
     # one frame per combination of positions, the last slider varying fastest, only the start one visible
     assert drawn[3:] == [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1)]
     frames = re.findall(r'<img class="posbook-explorer-frame" [^>]*>', page)
@@ -86,7 +88,9 @@ def test_bad_sliders_are_refused_by_name(make, match):
 
 def test_widgets_instead_of_sliders_are_refused(monkeypatch):
     with pytest.raises(TypeError, match=r"sliders\['a'\] must be a posbook.viz.Slider"):
-        viz.interactive_figure(lambda ax, a: None, {"a": ipywidgets.IntSlider()}, [{"a": 1}])
+        viz.interactive_figure(lambda ax, a: None, {"a": ipywidgets.IntSlider()}, [{"a": 1}], alt="x")
+    with pytest.raises(ValueError, match="alt must be a non-empty str"):
+        viz.interactive_figure(lambda ax, a: None, SLIDERS, [{"a": 1}], alt="")
 
 
 def test_thumbnail_carries_its_alt_text_and_caption():

@@ -106,7 +106,8 @@ class Slider:
 
 
 def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], static: Sequence[Mapping[str, Any]],
-                       *, ncols: int = 3, panel_size: tuple[float, float] = (4.0, 3.0), title: str | None = None) -> Any:
+                       *, alt: str, ncols: int = 3, panel_size: tuple[float, float] = (4.0, 3.0),
+                       title: str | None = None) -> Any:
     """Show ``draw(ax, **params)`` as small multiples over ``static``, then a figure whose sliders move its knobs;
     return the small multiples' matplotlib figure (to glue elsewhere on the page, say).
 
@@ -116,7 +117,11 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
     variable :data:`STATIC_ENV` set to "1", as in the book build, the sliders are HTML range inputs over frames drawn
     now, one per combination of their kept positions (:meth:`Slider.kept`, at most :data:`MAX_FRAMES`), which the
     page's script (``posbook-explorer.js``) swaps: the page stays explorable without a kernel, and loads no widgets.
+    There the small multiples and the explorer are one HTML output (one figure under the cell's caption), and
+    ``alt`` describes the small multiples for a reader who cannot see them.
     """
+    if not isinstance(alt, str) or not alt.strip():
+        raise ValueError(f"alt must be a non-empty str describing the small multiples, got {alt!r}")
     if not static:
         raise ValueError("static must list at least one parameter set for the static figure")
     if not sliders:
@@ -138,7 +143,9 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
         ax.set_visible(False)
     if title:
         fig.suptitle(title)
-    plt.show()
+    static_page = os.environ.get(STATIC_ENV) == "1"
+    if not static_page:
+        plt.show()
     live_size = (panel_size[0] * 1.5, panel_size[1] * 1.3)
 
     def render(params: Mapping[str, Any], dpi: int) -> bytes:
@@ -150,8 +157,17 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
         return buffer.getvalue()
 
     from IPython.display import HTML, display
-    if os.environ.get(STATIC_ENV) == "1":
-        display(HTML(explorer_html(sliders, lambda params: _palette_png(render(params, 100)), title=title)))
+    if static_page:
+        dpi = plt.rcParams["figure.dpi"]
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=2 * dpi, bbox_inches="tight")   # sharp on high-density screens
+        plt.close(fig)
+        from PIL import Image
+        width = Image.open(io.BytesIO(buffer.getvalue())).size[0] // 2
+        small_multiples = (f'<img class="posbook-small-multiples" width="{width}" alt="{html.escape(alt)}" '
+                           f'src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">')
+        explorer = explorer_html(sliders, lambda params: _palette_png(render(params, 100)), title=title)
+        display(HTML(small_multiples + explorer))
         return fig
 
     import ipywidgets
