@@ -25,7 +25,7 @@ MAX_FRAME_STEPS = 7
 """The most positions a slider keeps in the static book (evenly spread over its values, ends and start included)."""
 
 MAX_FRAMES = 36
-"""The most frames a static explorer holds: the product of its sliders' kept positions, each slider keeping as many
+"""The most frames a static explorer holds, the product of its sliders' kept positions; each slider keeps as many
 as fit (six each for two sliders, three each for three)."""
 
 _STYLE = {
