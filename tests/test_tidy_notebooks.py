@@ -38,7 +38,12 @@ def test_roles():
     assert cell_role('display(Markdown("| a |"))', 2, 5) == "table"
     assert cell_role('claims.holds("a", "s", True)\npb.glue("k", 1)', 2, 5) == "checks"
     assert cell_role('if ok:\n    claims.holds("a", "s", True)', 2, 5) == "mixed"
-    assert cell_role("y = f(x)", 2, 5) == "teach"
+    # a visible cell shows something: a value, a print or a display; one that only computes is folded
+    assert cell_role("y = f(x)\ny", 2, 5) == "teach"
+    assert cell_role("print(f(x))", 2, 5) == "teach"
+    assert cell_role("y = f(x)", 2, 5) == "quiet"
+    assert cell_role("f(x);", 2, 5) == "quiet"
+    assert cell_role("y = f(x)\n" * 40 + "y", 2, 5) == "long"
 
 
 def test_tidy_splits_tags_and_quiets_the_checks():
@@ -51,7 +56,7 @@ def test_tidy_splits_tags_and_quiets_the_checks():
         "import posbook", 'claims = pb.Claims("t")', "x = f()\ny = g()\n", 'claims.holds("a", "s", bool(x));\n',
         "claims.table()"]
     assert [c["metadata"].get("tags", []) for c in cells] == [
-        ["remove-input"], ["hide-input"], [], ["remove-input"], ["remove-input"]]
+        ["remove-input"], ["hide-input"], ["hide-input"], ["remove-input"], ["remove-input"]]
 
 
 def test_a_long_trailing_comment_moves_above_its_line():

@@ -15,8 +15,13 @@ claims-table the closing ``claims.table()``                            remove-in
 figure       draws a figure (matplotlib, ``pb.viz``)                   hide-input
 table        formats a table (``display(Markdown(...))``)              hide-input
 mixed        computes, and checks inside a block (``if``/``with``)     hide-input
-teach        everything else                                           (shown)
+quiet        computes and shows nothing (no print, display or value)   hide-input
+long         shows something, in more than LONG_CELL lines of code     hide-input
+teach        everything else: a step that ends in what it shows        (shown)
 ============ ========================================================= ==============
+
+A visible code cell ends in an output the reader sees (a value, a print, a table, a figure); a cell that only
+computes for what follows is folded like the scaffolding, so the page's visible code is code that shows something.
 
 A teaching cell must not call ``claims`` or ``glue``: its checks are split off into a ``checks`` cell that follows
 it. A check is moved past the statements after it only when that cannot change what runs (it reads nothing they
@@ -45,7 +50,9 @@ LINE_LENGTH = 88
 MANAGED_TAGS = ("remove-input", "hide-input")
 TAGS = {"install": ["remove-input"], "setup": ["hide-input"], "checks": ["remove-input"],
         "claims-table": ["remove-input"], "figure": ["hide-input"], "table": ["hide-input"], "mixed": ["hide-input"],
-        "teach": []}
+        "quiet": ["hide-input"], "long": ["hide-input"], "teach": []}
+LONG_CELL = 40    # lines: a visible cell longer than this is folded (a reader scrolls past it, or it belongs in src/)
+SHOWING_CALLS = {"print", "display", "show"}
 
 CLAIM_METHODS = {"close", "at_most", "at_least", "between", "holds", "skip"}
 FIGURE = re.compile(r"\bplt\.|\.subplots?\(|\bax\.|\baxes\[|\bfig\.|interactive_figure"
@@ -195,7 +202,17 @@ def cell_role(source: str, index: int, n_code: int) -> str:
         return "checks"
     if any(is_check_call(n) for n in ast.walk(tree)):
         return "mixed"
-    return "teach"
+    if not shows_something(source, tree):
+        return "quiet"
+    return "long" if len(source.strip().splitlines()) > LONG_CELL else "teach"
+
+
+def shows_something(source: str, tree: ast.Module) -> bool:
+    """Whether a cell puts anything on the page: a print, display or show call anywhere in it, or a last statement
+    that is an expression whose value the notebook displays (not silenced by a trailing semicolon)."""
+    if any(isinstance(n, ast.Call) and _call_name(n)[1] in SHOWING_CALLS for n in ast.walk(tree)):
+        return True
+    return bool(tree.body) and isinstance(tree.body[-1], ast.Expr) and not source.rstrip().endswith(";")
 
 
 def _quiet(source: str) -> str:
