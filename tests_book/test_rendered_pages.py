@@ -30,14 +30,18 @@ CLIPPED_COMMANDS = ("() => [...document.querySelectorAll('article div[class*=hig
 UNDESCRIBED_IMAGES = ("() => [...document.querySelectorAll('article img')].filter(i => !i.closest('[hidden]'))"
                       ".filter(i => !i.alt.trim() || /\\.(png|svg|jpe?g|gif|webp)$/i.test(i.alt.trim()))"
                       ".map(i => i.src.split('/').pop().slice(0, 60))")
-# Claims (rows of the opened table) whose number is not on their text's first line, or whose computed, expected,
-# source and mark take more than two lines under it: the phone layout of book/static/posbook.css.
+# Claims (rows of the opened table) whose number is not on their text's first line, whose computed, expected,
+# source and mark do not start under it, or take more than two lines there although the computed value, the
+# expected one and the source are short (under 60 characters together: longer ones wrap on a phone whatever the
+# layout): the phone layout of book/static/posbook.css.
 CLAIM_ROWS_ON_A_PHONE = (
     "() => { const d = document.querySelector('details.posbook-claims'); d.open = true;"
     " const bad = [...d.querySelectorAll('tbody tr')].filter(tr => { const c = [...tr.children];"
     " if (c.length < 6) return false; const r = c.map(e => e.getBoundingClientRect());"
     " const line = parseFloat(getComputedStyle(c[2]).lineHeight) || 20;"
-    " return Math.abs(r[0].top - r[1].top) > 4 || r[2].top < r[1].bottom - 2 || r[5].bottom - r[2].top > 2.2 * line; })"
+    " const short = (c[2].textContent + c[3].textContent + c[4].textContent).trim().length < 60;"
+    " return Math.abs(r[0].top - r[1].top) > 4 || r[2].top < r[1].bottom - 2"
+    " || (short && r[5].bottom - r[2].top > 2.2 * line); })"
     ".slice(0, 3).map(tr => tr.children[0].textContent.trim()); d.open = false; return bad; }")
 # Where the page's first figure starts, in screens from the top (None: the page has no figure).
 FIRST_FIGURE_SCREENS = ("() => { const f = [...document.querySelectorAll('article figure')]"
