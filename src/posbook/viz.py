@@ -120,8 +120,7 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
     There the small multiples and the explorer are one HTML output (one figure under the cell's caption), and
     ``alt`` describes the small multiples for a reader who cannot see them.
     """
-    if not isinstance(alt, str) or not alt.strip():
-        raise ValueError(f"alt must be a non-empty str describing the small multiples, got {alt!r}")
+    _description("alt", alt)
     if not static:
         raise ValueError("static must list at least one parameter set for the static figure")
     if not sliders:
@@ -151,21 +150,18 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
     def render(params: Mapping[str, Any], dpi: int) -> bytes:
         fig, ax = plt.subplots(figsize=live_size, constrained_layout=True)
         draw(ax, **params)
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=dpi)
+        png = _png(fig, dpi)
         plt.close(fig)
-        return buffer.getvalue()
+        return png
 
     from IPython.display import HTML, display
     if static_page:
-        dpi = plt.rcParams["figure.dpi"]
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=2 * dpi, bbox_inches="tight")   # sharp on high-density screens
+        # twice the figure's resolution, shown at its size: sharp on high-density screens
+        png = _png(fig, 2 * plt.rcParams["figure.dpi"], bbox_inches="tight")
         plt.close(fig)
         from PIL import Image
-        width = Image.open(io.BytesIO(buffer.getvalue())).size[0] // 2
-        small_multiples = (f'<img class="posbook-small-multiples" width="{width}" alt="{html.escape(alt)}" '
-                           f'src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">')
+        width = Image.open(io.BytesIO(png)).size[0] // 2
+        small_multiples = _img(png, alt, f'class="posbook-small-multiples" width="{width}"')
         explorer = explorer_html(sliders, lambda params: _palette_png(render(params, 100)), title=title)
         display(HTML(small_multiples + explorer))
         return fig
@@ -215,9 +211,7 @@ def explorer_html(sliders: Mapping[str, Slider], render: Callable[[Mapping[str, 
         shown = all(params[n] == start[n] for n in kept)
         alt = (f"{title}: " if title else "") + ", ".join(f"{sliders[n].label} = {sliders[n].name(v)}"
                                                           for n, v in params.items())
-        data = base64.b64encode(render(params)).decode()
-        frames.append(f'<img class="posbook-explorer-frame" src="data:image/png;base64,{data}" '
-                      f'alt="{html.escape(alt)}"{"" if shown else " hidden"}>')
+        frames.append(_img(render(params), alt, 'class="posbook-explorer-frame"' + ("" if shown else " hidden")))
     return ('<div class="posbook-explorer">'
             f'<div class="posbook-explorer-controls">{"".join(controls)}</div>'
             f'<div class="posbook-explorer-frames">{"".join(frames)}</div></div>')
@@ -240,11 +234,24 @@ def thumbnail(fig: Any, *, alt: str, caption: str) -> Any:
     image would carry only its file name)."""
     from IPython.display import HTML
 
-    for name, text in (("alt", alt), ("caption", caption)):
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{name} must be a non-empty str describing the figure, got {text!r}")
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    data = base64.b64encode(buffer.getvalue()).decode()
-    return HTML(f'<figure class="posbook-thumbnail"><img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
+    _description("alt", alt)
+    _description("caption", caption)
+    return HTML(f'<figure class="posbook-thumbnail">{_img(_png(fig, plt.rcParams["figure.dpi"]), alt)}'
                 f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def _description(name: str, text: Any) -> None:
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{name} must be a non-empty str describing the figure, got {text!r}")
+
+
+def _png(fig: Any, dpi: float, **options: Any) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, **options)
+    return buffer.getvalue()
+
+
+def _img(png: bytes, alt: str, attributes: str = "") -> str:
+    """An <img> carrying the PNG itself (a data URI: the page needs no file beside it) and its alt text."""
+    return (f'<img {attributes + " " if attributes else ""}alt="{html.escape(alt)}" '
+            f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
