@@ -13,6 +13,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.posbook-installed
 VENDOR_STAMP := _build/vendored-js/.stamp
+# Where the chapters' execution leaves each figure's phone variant and the book build finds it (posbook.viz).
+export POSBOOK_PHONE_FIGURES := $(CURDIR)/_build/phone-figures
 JB_FLAGS := --warningiserror --nitpick --keep-going --builder html
 
 .PHONY: help book test unit execute build-book browser check-pages clean

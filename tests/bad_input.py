@@ -343,6 +343,7 @@ SPECIMENS: dict[str, Specimen] = {
                                **{"config[rope_type]": ANY_NAME}),  # reports a rope type it lacks as refused
     "posbook.format_report": S(lambda: dict(report=pb.config_report(llama_config()))),
     "posbook.plot_report": S(lambda: dict(report=pb.config_report(llama_config()), path=str(WORK / "report.png"))),
+    "posbook.report_figure": S(lambda: dict(report=pb.config_report(llama_config()))),
     # scores, spectra
     # distances are integers or reals; probed as integers (the whole-context path), since float distances would
     # count an int64 tensor as bad.

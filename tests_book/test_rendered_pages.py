@@ -3,10 +3,16 @@ and not one request leaving the machine (MathJax and the widget manager are serv
 
 from __future__ import annotations
 
+import base64
+import io
+import re
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pytest
+from PIL import Image
+
+from posbook import viz
 
 HTML = Path(__file__).resolve().parents[1] / "_build" / "html"
 SKIP = {"genindex.html", "search.html", "py-modindex.html"}
@@ -47,8 +53,59 @@ CLAIM_ROWS_ON_A_PHONE = (
 FIRST_FIGURE_SCREENS = ("() => { const f = [...document.querySelectorAll('article figure')]"
                         ".find(e => e.getBoundingClientRect().height > 100);"
                         " return f ? (f.getBoundingClientRect().top + scrollY) / innerHeight : null; }")
+# The figures a reader sees (not the landing page's thumbnails, which are cards that link to a chapter): the image
+# the browser chose (a <picture> serves a phone its own variant), its shown and natural widths, and the link a tap
+# follows.
+SHOWN_FIGURES = ("() => [...document.querySelectorAll('article img')]"
+                 ".filter(i => i.offsetParent !== null && !i.closest('[hidden], .posbook-thumbnail'))"
+                 ".map(i => ({src: i.currentSrc, shown: i.getBoundingClientRect().width, natural: i.naturalWidth,"
+                 " link: i.closest('a.posbook-figure-zoom') ? i.closest('a.posbook-figure-zoom').href : null}))")
+# Diagrams drawn into the page as SVG: the smallest text as shown, in CSS px.
+INLINE_SVG_TEXT_PX = ("() => [...document.querySelectorAll('article svg[viewBox]')].filter(s => s.getClientRects().length)"
+                      ".map(s => Math.min(...[...s.querySelectorAll('[font-size]')].map(t => parseFloat(t.getAttribute('font-size'))))"
+                      " * s.getBoundingClientRect().width / s.viewBox.baseVal.width)")
+MIN_PHONE_TEXT_PX = 9  # the smallest tick label or legend text a phone reader is asked to read, in CSS px
 VISIBLE_SEARCH = (f"() => [...document.querySelectorAll('{SEARCH_CONTROLS}')]"
                   ".filter(e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden').length")
+
+
+def _image_bytes(url: str) -> bytes:
+    if url.startswith("data:"):
+        return base64.b64decode(url.split(",", 1)[1])
+    return (HTML / unquote(urlparse(url).path).lstrip("/")).read_bytes()
+
+
+def _figure_problems(page, width: int) -> list[str]:
+    """What a reader at ``width`` px could not read in the page's figures: text under MIN_PHONE_TEXT_PX on a phone
+    (a PNG's smallest tick label or legend text, posbook.viz.TEXT_PX_KEY, scaled as shown; an SVG's smallest
+    font-size), a legend over data (posbook.viz.LEGENDS_OVER_DATA_KEY), a PNG that carries neither check, and on a
+    phone a figure file that a tap does not open."""
+    problems = []
+    for figure in page.evaluate(SHOWN_FIGURES):
+        data, name = _image_bytes(figure["src"]), figure["src"].split("/")[-1][:40]
+        scale = figure["shown"] / figure["natural"]
+        if data.startswith(b"\x89PNG"):
+            text = Image.open(io.BytesIO(data)).text
+            if viz.LEGENDS_OVER_DATA_KEY not in text:
+                problems.append(f"{name}: a PNG without posbook.viz's checks")
+                continue
+            if text[viz.LEGENDS_OVER_DATA_KEY] != "0":
+                problems.append(f"{name}: {text[viz.LEGENDS_OVER_DATA_KEY]} legends over data")
+            px = float(text[viz.TEXT_PX_KEY]) * scale if viz.TEXT_PX_KEY in text else None
+        else:
+            svg = data.decode()
+            view_width = float(re.search(r'viewBox="[-\d.]+ [-\d.]+ ([\d.]+)', svg)[1])
+            sizes = [float(x) for x in re.findall(r'font-size="([\d.]+)"', svg)]
+            px = min(sizes) * figure["shown"] / view_width if sizes else None
+        if width < 640 and px is not None and px < MIN_PHONE_TEXT_PX:
+            problems.append(f"{name}: smallest text {px:.1f} px")
+        if width < 640 and not figure["src"].startswith("data:") and data.startswith(b"\x89PNG") \
+                and not (figure["link"] and _image_bytes(figure["link"]).startswith(b"\x89PNG")):
+            problems.append(f"{name}: a tap does not open the full-size figure")
+    if width < 640:
+        problems += [f"an inline diagram's smallest text {px:.1f} px" for px in page.evaluate(INLINE_SVG_TEXT_PX)
+                     if px < MIN_PHONE_TEXT_PX]
+    return problems
 
 
 def test_book_has_pages():
@@ -114,6 +171,9 @@ def test_page(page_path, book_url, browser):
             # On a phone a claim is its number and text, then one line of computed · expected · source ✓.
             loose = page.evaluate(CLAIM_ROWS_ON_A_PHONE)
             assert loose == [], f"{page_path}: claims that take more than text + two lines at 390 px: {loose}"
+        # Every figure legible at this width, no legend over data, and on a phone a tap opens the full-size figure.
+        unreadable = _figure_problems(page, width)
+        assert unreadable == [], f"{page_path}: at {width} px: {unreadable}"
         sideways = page.evaluate(RUNS_SIDEWAYS)
         assert sideways == [], f"{page_path}: at {width} px these run past the screen, so the page scrolls sideways: {sideways}"
         # One way to search (the sidebar's field on a desktop, the header's button on a phone), and it opens search.
@@ -156,6 +216,13 @@ def test_page(page_path, book_url, browser):
                           " s.dispatchEvent(new Event('input')); }")
         after = explorer.evaluate(shown)
         assert len(after) == 1 and after != before, f"{page_path}: explorer {index}'s slider did not change its frame"
+
+    # Dark mode inverts figures (hues kept) rather than dimming them on a white card.
+    page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
+    grey = page.evaluate("() => [...document.querySelectorAll('article img')].filter(i => i.offsetParent !== null"
+                         " && !getComputedStyle(i).filter.includes('invert')).map(i => i.src.split('/').pop().slice(0, 40))")
+    assert grey == [], f"{page_path}: figures not inverted in dark mode: {grey}"
+    page.evaluate("() => { document.documentElement.dataset.theme = 'light'; }")
 
     page.set_viewport_size({"width": 1400, "height": 900})
     clipped = page.evaluate(CLIPPED_COMMANDS)

@@ -93,6 +93,9 @@ def main() -> int:
         shutil.copy2(nb, copy)
         return copy
 
+    phone_figures = os.environ.get("POSBOOK_PHONE_FIGURES")  # posbook.viz.PHONE_FIGURES_ENV, set by the Makefile
+    if phone_figures:  # this run's figures only: the book serves what is there
+        shutil.rmtree(phone_figures, ignore_errors=True)
     for nb in notebooks:
         if uses_transformers(nb):
             copies.append(copy_to(EXECUTED, nb))

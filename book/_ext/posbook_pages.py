@@ -11,6 +11,11 @@ A figure glued from another page (``{glue}`` with ``:doc:``) names its image by 
 myst-nb writes no such file unless that page displays the very same bytes; the missing images are written from
 the glue caches.
 
+A figure a chapter shows as a PNG (posbook.viz.book_png) has a phone variant, written by the notebook's execution
+into the folder ``POSBOOK_PHONE_FIGURES`` names under the desktop PNG's hash: each such ``<img>`` becomes a
+``<picture>`` that serves it to narrow screens, inside a link to the desktop PNG (a tap opens it at full resolution).
+An SVG image is put in a box that scrolls sideways, so a phone can show it large enough to read (book/static/posbook.css).
+
 sphinx-thebe adds its inline configuration script each time the environment reads documents, and Jupyter Book's
 build reads twice, so every page declared ``const THEBE_JS_URL`` twice and logged a SyntaxError. Inline scripts
 are kept once each, in order.
@@ -21,13 +26,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 
 from docutils import nodes
 from docutils.parsers.rst import Directive, directives
 
-from posbook import diagrams
+from posbook import diagrams, viz
 from posbook.claims import claim_anchor
 
 _TEXT_AND_KEY = re.compile(r"^(?P<text>.+?)\s*<(?P<key>[^<>]+)>$", re.DOTALL)
@@ -82,6 +89,30 @@ def _write_glued_images(app, doctree, docname) -> None:
         raise RuntimeError(f"{docname}: glued images found in no glue cache: {sorted(wanted.values())}")
 
 
+_FIGURE = re.compile(r'<img [^>]*?src="(?P<src>[^"]*?_images/(?P<hash>[0-9a-f]{64}))\.png"[^>]*>')
+_SVG_IMAGE = re.compile(r'<img [^>]*?src="[^"]*?_images/[0-9a-f]{64}\.svg"[^>]*>')
+
+
+def _phone_figures(app, pagename, templatename, context, doctree) -> None:
+    body, folder = context.get("body"), os.environ.get(viz.PHONE_FIGURES_ENV)
+    if not body:
+        return
+
+    def picture(match: re.Match) -> str:
+        phone = Path(folder) / f"{match['hash']}.png" if folder else None
+        if phone is None or not phone.exists():
+            return match[0]
+        images = Path(app.builder.outdir) / app.builder.imagedir
+        images.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(phone, images / f"{match['hash']}-phone.png")
+        return (f'<a class="posbook-figure-zoom" href="{match["src"]}.png" title="Open the figure at full size">'
+                f'<picture><source media="{viz.PHONE_MEDIA}" srcset="{match["src"]}-phone.png">{match[0]}'
+                "</picture></a>")
+
+    body = _FIGURE.sub(picture, body)
+    context["body"] = _SVG_IMAGE.sub(lambda m: f'<span class="posbook-scroll">{m[0]}</span>', body)
+
+
 def _unique_scripts(app, pagename, templatename, context, doctree) -> None:
     scripts = context.get("script_files")
     if not scripts:
@@ -104,4 +135,5 @@ def setup(app):
     # Early: html-page-context stops at the first handler that returns a template name. The duplicates are added
     # before any page is written; handlers that add a page's own scripts run later, on the same list.
     app.connect("html-page-context", _unique_scripts, priority=100)
+    app.connect("html-page-context", _phone_figures)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -62,7 +62,7 @@ from .kvcache import (KV_LAYER_TYPES, STATE_LAYER_TYPES, attention_costs, cache_
                       kv_values_per_layer, layer_kinds, linear_state_bytes, max_context_for_budget, without_indexer)
 from .hf_config import NotModelledError, class_defaults, read_config
 from .model_configs import model_config, models
-from .report import config_report, format_report, plot_report, position_scheme
+from .report import config_report, format_report, plot_report, position_scheme, report_figure
 from .score import (cosine_sum, fast_planes, normal_ks_distance, position_inversion_rate, rope_decay_bound,
                     rope_plane_terms, rope_score_by_distance, score_moments, score_term_moments, split_moments,
                     token_inversion_rate)
@@ -97,7 +97,7 @@ __all__ = [
     "KV_LAYER_TYPES", "STATE_LAYER_TYPES", "attention_costs", "cache_kind", "format_bytes", "indexer_values_per_layer",
     "kv_cache_bytes", "kv_cache_bytes_per_token", "kv_cache_table", "kv_values_per_layer", "layer_kinds",
     "linear_state_bytes", "max_context_for_budget", "without_indexer", "NotModelledError", "class_defaults",
-    "read_config", "model_config", "models", "config_report", "format_report", "plot_report", "position_scheme",
+    "read_config", "model_config", "models", "config_report", "format_report", "plot_report", "report_figure", "position_scheme",
     # 6. measurements
     "cosine_sum", "fast_planes", "normal_ks_distance", "position_inversion_rate", "rope_decay_bound",
     "rope_plane_terms", "rope_score_by_distance", "score_moments", "score_term_moments", "split_moments",

@@ -816,14 +816,21 @@ def _check_png_path(path: Any) -> Path:
 
 
 def plot_report(report: Any, path: str | Path) -> None:
-    """Draw each rotary spectrum of a report (or of a config, reported with the defaults) into one PNG at ``path``.
+    """Draw each rotary spectrum of a report (or of a config, reported with the defaults) into one PNG at ``path``:
+    :func:`report_figure`, saved. Raises ValueError as it does, or if ``path`` does not name a ``.png`` file in an
+    existing folder."""
+    _check_png_path(path)
+    report_figure(report).savefig(path)
+
+
+def report_figure(report: Any) -> Any:
+    """The figure of each rotary spectrum of a report (or of a config, reported with the defaults), a matplotlib
+    ``Figure`` that no pyplot state holds (Jupyter shows it as the cell's value).
 
     One row per rope entry: the wavelength of every plane on a log axis, the config's spectrum next to the
     unscaled one, with lines at the context N and the training length L; where the rescaling differs between
-    planes (a ramp), a second panel with θ'_i/θ_i per plane. Raises ValueError if no layer has RoPE, or if ``path``
-    does not name a ``.png`` file in an existing folder.
+    planes (a ramp), a second panel with θ'_i/θ_i per plane. Raises ValueError if no layer has RoPE.
     """
-    _check_png_path(path)
     if not (isinstance(report, Mapping) and report.get("format") == _FORMAT):
         try:
             report = config_report(report)
@@ -864,4 +871,4 @@ def plot_report(report: Any, path: str | Path) -> None:
                            ylim=(0, 1.05))
             else:
                 row[1].axis("off")
-    fig.savefig(path)
+    return fig

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import io
 import itertools
@@ -28,6 +29,30 @@ MAX_FRAMES = 36
 """The most frames a static explorer holds, the product of its sliders' kept positions; each slider keeps as many
 as fit (six each for two sliders, three each for three)."""
 
+PHONE_WIDTH = 4.0
+"""The width in inches of a figure's phone variant. A phone's text column (about 360 CSS px) shows it at about 1.25 px
+per point, so the book's 8.3-point tick labels read at about 10 px; the desktop figure (6.5-10 inches) would show them
+at 4-6 px."""
+
+MIN_PHONE_TEXT_PT = 8.0
+"""The smallest text, in points, of a phone variant: smaller text (annotations set small for the desktop figure) is
+raised to it."""
+
+PHONE_MEDIA = "(max-width: 640px)"
+"""The screens that get a figure's phone variant (a CSS media query)."""
+
+PHONE_FIGURES_ENV = "POSBOOK_PHONE_FIGURES"
+"""In the book build (with :data:`STATIC_ENV`), the folder this environment variable names receives each figure's
+phone variant, named by the SHA-256 of the desktop PNG that the page shows; the book's Sphinx extension serves it to
+narrow screens (``<picture>``) and links the desktop PNG for a tap to open at full resolution."""
+
+TEXT_PX_KEY = "posbook-min-text-px"
+"""The PNG text chunk holding the height, in image pixels, of the figure's smallest tick label or legend text: a page
+check multiplies it by the shown width over the image's width to get the size a reader sees."""
+
+LEGENDS_OVER_DATA_KEY = "posbook-legends-over-data"
+"""The PNG text chunk holding how many of the figure's legends cover a plotted point or line (:func:`legends_over_data`)."""
+
 _STYLE = {
     "figure.dpi": 110,
     "savefig.dpi": 110,
@@ -42,13 +67,232 @@ _STYLE = {
 
 
 def use_style() -> None:
-    """The book's matplotlib look (sharp PNGs, light grid)."""
+    """The book's matplotlib look (sharp PNGs, light grid). In the book build (:data:`STATIC_ENV`) a figure's PNG
+    also carries its checks (:data:`TEXT_PX_KEY`, :data:`LEGENDS_OVER_DATA_KEY`) and leaves a phone variant
+    (:data:`PHONE_FIGURES_ENV`)."""
     plt.rcParams.update(_STYLE)
     try:
         from matplotlib_inline.backend_inline import set_matplotlib_formats
         set_matplotlib_formats("retina")
     except ImportError:  # pragma: no cover - outside Jupyter
-        pass
+        return
+    from IPython import get_ipython
+    shell = get_ipython()
+    if shell is not None and os.environ.get(STATIC_ENV) == "1":
+        from matplotlib.figure import Figure
+        shell.display_formatter.formatters["image/png"].for_type(Figure, book_png)
+
+
+def book_png(fig: Any) -> tuple[bytes, dict[str, int]]:
+    """The PNG a book page shows for ``fig`` (twice its resolution, shown at its size, as Jupyter's "retina" format),
+    with its checks in text chunks; where :data:`PHONE_FIGURES_ENV` names a folder, the phone variant
+    (:func:`phone_figure`) is written there under the SHA-256 of this PNG. Returns the PNG and its display size, as
+    an IPython formatter does."""
+    _check_figure(fig)
+    png = checked_png(fig, 2 * fig.dpi)
+    folder = os.environ.get(PHONE_FIGURES_ENV)
+    if folder:
+        phone = phone_figure(fig)
+        try:
+            phone_png = checked_png(phone, 2 * phone.dpi)
+        finally:
+            plt.close(phone)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, hashlib.sha256(png).hexdigest() + ".png"), "wb") as out:
+            out.write(phone_png)
+    width, height = _png_size(png)
+    return png, {"width": width // 2, "height": height // 2}
+
+
+def checked_png(fig: Any, dpi: float) -> bytes:
+    """``fig`` as a PNG (tight bounding box) whose text chunks say the height in image pixels of its smallest tick
+    label or legend text (:data:`TEXT_PX_KEY`, absent where it has neither) and how many legends cover data
+    (:data:`LEGENDS_OVER_DATA_KEY`)."""
+    _check_figure(fig)
+    if isinstance(dpi, bool) or not isinstance(dpi, (int, float)) or not math.isfinite(dpi) or dpi <= 0:
+        raise ValueError(f"dpi must be a positive number of dots per inch, got {dpi!r}")
+    metadata = {LEGENDS_OVER_DATA_KEY: str(legends_over_data(fig))}
+    smallest = min_text_pt(fig)
+    if smallest is not None:
+        metadata[TEXT_PX_KEY] = f"{smallest * dpi / 72:.2f}"
+    return _png(fig, dpi, bbox_inches="tight", metadata=metadata)
+
+
+def min_text_pt(fig: Any) -> float | None:
+    """The size in points of ``fig``'s smallest tick label or legend text, or None where it shows neither."""
+    _check_figure(fig)
+    fig.draw_without_rendering()  # tick labels exist once the locators have run
+    sizes = []
+    for ax in fig.axes:
+        if not ax.get_visible() or not ax.axison:
+            continue
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_visible():
+                sizes += [t.get_fontsize() for t in axis.get_ticklabels(which="both")
+                          if t.get_visible() and t.get_text().strip()]
+    for legend in _legends(fig):
+        if legend.get_visible():
+            sizes += [t.get_fontsize() for t in legend.get_texts() if t.get_text().strip()]
+    return min(sizes, default=None)
+
+
+def legends_over_data(fig: Any) -> int:
+    """How many of ``fig``'s legends cover a plotted point, a point of a plotted line or a bar (each line is sampled
+    between its points, so a legend a segment crosses counts)."""
+    _check_figure(fig)
+    import numpy as np
+
+    fig.draw_without_rendering()  # legends at their place ("best" is chosen when drawn)
+    renderer = fig._get_renderer()
+    covering = 0
+    for legend in _legends(fig):
+        if not legend.get_visible():
+            continue
+        box = legend.get_window_extent(renderer).padded(-2)
+        for ax in [legend.axes] if legend.axes is not None else fig.axes:
+            points = _data_points(ax, np)
+            inside = ((points[:, 0] > box.x0) & (points[:, 0] < box.x1)
+                      & (points[:, 1] > box.y0) & (points[:, 1] < box.y1))
+            bars = any(p.get_visible() and _shown_part_overlaps(p.get_window_extent(renderer), ax.bbox, box)
+                       for p in ax.patches)
+            if inside.any() or bars:
+                covering += 1
+                break
+    return covering
+
+
+def _shown_part_overlaps(extent: Any, axes_box: Any, box: Any) -> bool:
+    """Whether the part of a patch inside its axes overlaps ``box`` (a bar from 0 on a log axis reaches far below
+    the axes, where a legend under the panels sits)."""
+    from matplotlib.transforms import Bbox
+
+    shown = Bbox.intersection(extent, axes_box)
+    return shown is not None and shown.overlaps(box)
+
+
+def _check_figure(fig: Any) -> None:
+    from matplotlib.figure import Figure
+
+    if not isinstance(fig, Figure):
+        raise TypeError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
+
+
+def _legends(fig: Any) -> list[Any]:
+    return [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends)
+
+
+def _data_points(ax: Any, np: Any) -> Any:
+    """Display coordinates of what ``ax`` plots, within its box: lines' points and 8 points on each segment,
+    scatter points."""
+    from matplotlib.collections import PathCollection
+
+    chunks = [np.empty((0, 2))]
+    for line in ax.lines:
+        if not line.get_visible():
+            continue
+        xy = line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float))
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        if line.get_linestyle() not in ("None", "", " ") and len(xy) > 1:
+            t = np.linspace(0.0, 1.0, 9)[:, None, None]
+            xy = (xy[:-1][None] * (1 - t) + xy[1:][None] * t).reshape(-1, 2)
+        chunks.append(xy)
+    for collection in ax.collections:
+        if isinstance(collection, PathCollection) and collection.get_visible() and len(collection.get_offsets()):
+            chunks.append(collection.get_offset_transform().transform(np.asarray(collection.get_offsets(), float)))
+    points = np.concatenate(chunks)
+    box = ax.bbox
+    keep = (points[:, 0] >= box.x0) & (points[:, 0] <= box.x1) & (points[:, 1] >= box.y0) & (points[:, 1] <= box.y1)
+    return points[keep]
+
+
+def phone_figure(fig: Any) -> Any:
+    """A copy of ``fig`` laid out for a phone: :data:`PHONE_WIDTH` inches wide, its panels stacked one per row (each
+    keeping its desktop aspect, within 1.8 to 3.6 inches tall), each panel's legend in a row of its own under it
+    (so it covers no data), a figure legend at the bottom, no text under :data:`MIN_PHONE_TEXT_PT`, titles and axis
+    labels under the axes wrapped. The copy is a pyplot figure: close it when drawn."""
+    _check_figure(fig)
+    import pickle
+
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+    from matplotlib.text import Text
+
+    fig.draw_without_rendering()  # positions and tick labels as the desktop figure shows them
+    try:
+        phone = pickle.loads(pickle.dumps(fig))
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        raise ValueError(f"fig cannot be copied for its phone variant ({error}): give its formatters and callbacks "
+                         "named functions or matplotlib.ticker classes, not lambdas") from error
+    phone.draw_without_rendering()
+    width_in, height_in = phone.get_size_inches()
+    slots: dict[Any, list[Any]] = {}  # one slot per grid cell: an axes and its twins
+    for ax in phone.axes:
+        if not ax.get_visible():
+            ax.remove()
+            continue
+        spec = ax.get_subplotspec()
+        if spec is None or hasattr(ax, "_colorbar"):
+            continue  # colorbars and insets follow their parent axes
+        slots.setdefault((id(spec.get_gridspec()), spec.rowspan.start, spec.rowspan.stop, spec.colspan.start,
+                          spec.colspan.stop), []).append(ax)
+    for text in phone.findobj(Text):
+        if text.get_fontsize() < MIN_PHONE_TEXT_PT:
+            text.set_fontsize(MIN_PHONE_TEXT_PT)
+    for ax in phone.axes:
+        for axis in ("x", "y"):
+            size = min((t.get_fontsize() for t in getattr(ax, f"get_{axis}ticklabels")()), default=MIN_PHONE_TEXT_PT)
+            ax.tick_params(axis=axis, which="both", labelsize=max(size, MIN_PHONE_TEXT_PT))
+        for text in (ax.title, ax._left_title, ax._right_title, ax.xaxis.label):
+            text.set_wrap(True)
+    if phone._suptitle is not None:
+        phone._suptitle.set_wrap(True)
+    rows: list[tuple[str, Any, float]] = []  # (kind, what, height in inches)
+    for key in sorted(slots, key=lambda k: (k[1], k[3])):
+        axes = slots[key]
+        box = axes[0].get_position()
+        aspect = (box.height * height_in) / max(box.width * width_in, 1e-9)
+        rows.append(("panel", axes, min(3.6, max(2.2, 0.85 * PHONE_WIDTH * aspect))))
+        for ax in axes:
+            legend = ax.get_legend()
+            if legend is not None and legend.get_visible():
+                labels = [t.get_text() for t in legend.get_texts()]
+                ncols = 2 if max(map(len, labels), default=0) <= 24 else 1
+                lines = math.ceil(len(labels) / ncols) + (legend.get_title().get_text() != "")
+                rows.append(("legend", (legend, labels, ncols), 0.12 + 0.2 * lines))
+    if not isinstance(phone.get_layout_engine(), ConstrainedLayoutEngine):
+        try:
+            phone.set_layout_engine("constrained")
+        except RuntimeError:  # a colorbar made under another layout engine pins it
+            pass
+    if rows:
+        grid = phone.add_gridspec(len(rows), 1, height_ratios=[h for _, _, h in rows])
+        for i, (kind, what, _) in enumerate(rows):
+            if kind == "panel":
+                for ax in what:
+                    ax.set_subplotspec(grid[i])
+            else:
+                legend, labels, ncols = what
+                holder = phone.add_subplot(grid[i])
+                holder.axis("off")
+                title = legend.get_title().get_text() or None
+                holder.legend(legend.legend_handles, labels, loc="center", ncols=ncols, title=title,
+                              fontsize=max(legend.get_texts()[0].get_fontsize(), MIN_PHONE_TEXT_PT))
+                legend.remove()
+    body = sum(h for _, _, h in rows) if rows else height_in * PHONE_WIDTH / width_in
+    for legend in list(phone.legends):
+        labels = [t.get_text() for t in legend.get_texts()]
+        handles = legend.legend_handles
+        legend.remove()
+        ncols = 2 if max(map(len, labels), default=0) <= 24 else 1
+        phone.legend(handles, labels, loc="outside lower center", ncols=ncols,
+                     fontsize=max(legend.get_texts()[0].get_fontsize(), MIN_PHONE_TEXT_PT))
+        body += 0.15 + 0.2 * math.ceil(len(labels) / ncols)
+    phone.set_size_inches(PHONE_WIDTH, body + (0.4 if phone._suptitle is not None else 0.0))
+    return phone
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    """Width and height of a PNG, read from its header."""
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
 
 
 @dataclass(frozen=True)
@@ -145,23 +389,29 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
     static_page = os.environ.get(STATIC_ENV) == "1"
     if not static_page:
         plt.show()
-    live_size = (panel_size[0] * 1.5, panel_size[1] * 1.3)
+    # One panel a little wider than a phone variant: at 100 dpi it shows at its size on a desktop, and a phone's
+    # column shrinks it by about a fifth, its ticks staying legible.
+    frame_width = PHONE_WIDTH + 0.5
+    frame_size = (frame_width, frame_width * panel_size[1] / panel_size[0])
 
     def render(params: Mapping[str, Any], dpi: int) -> bytes:
-        fig, ax = plt.subplots(figsize=live_size, constrained_layout=True)
+        fig, ax = plt.subplots(figsize=frame_size, constrained_layout=True)
         draw(ax, **params)
-        png = _png(fig, dpi)
+        png = checked_png(fig, dpi)
         plt.close(fig)
         return png
 
     from IPython.display import HTML, display
     if static_page:
         # twice the figure's resolution, shown at its size: sharp on high-density screens
-        png = _png(fig, 2 * plt.rcParams["figure.dpi"], bbox_inches="tight")
+        png = checked_png(fig, 2 * fig.dpi)
+        phone = phone_figure(fig)
+        try:
+            phone_png = checked_png(phone, 2 * phone.dpi)
+        finally:
+            plt.close(phone)
         plt.close(fig)
-        from PIL import Image
-        width = Image.open(io.BytesIO(png)).size[0] // 2
-        small_multiples = _img(png, alt, f'class="posbook-small-multiples" width="{width}"')
+        small_multiples = _picture(png, phone_png, alt, 'class="posbook-small-multiples"')
         explorer = explorer_html(sliders, lambda params: _palette_png(render(params, 100)), title=title)
         display(HTML(small_multiples + explorer))
         return fig
@@ -222,9 +472,15 @@ def _palette_png(png: bytes, colours: int = 32) -> bytes:
     of the bytes, which matters when a page carries a few dozen frames."""
     from PIL import Image
 
+    from PIL.PngImagePlugin import PngInfo
+
     with Image.open(io.BytesIO(png)) as image:
+        info = PngInfo()
+        for key, value in image.text.items():  # the checks checked_png wrote
+            info.add_text(key, value)
         out = io.BytesIO()
-        image.convert("RGB").quantize(colors=colours, method=Image.Quantize.MEDIANCUT).save(out, "PNG", optimize=True)
+        image.convert("RGB").quantize(colors=colours, method=Image.Quantize.MEDIANCUT).save(
+            out, "PNG", optimize=True, pnginfo=info)
     return out.getvalue()
 
 
@@ -251,7 +507,21 @@ def _png(fig: Any, dpi: float, **options: Any) -> bytes:
     return buffer.getvalue()
 
 
+def _picture(png: bytes, phone_png: bytes, alt: str, attributes: str = "") -> str:
+    """A <picture> of a figure carrying both PNGs (twice their display resolution): the phone variant where the
+    screen is at most :data:`PHONE_MEDIA` wide, the desktop one elsewhere."""
+    width, height = (n // 2 for n in _png_size(png))
+    phone_width, phone_height = (n // 2 for n in _png_size(phone_png))
+    size = f'width="{width}" height="{height}"'
+    return (f'<picture><source media="{PHONE_MEDIA}" srcset="{_data_uri(phone_png)}" width="{phone_width}" '
+            f'height="{phone_height}">{_img(png, alt, f"{attributes} {size}".strip())}</picture>')
+
+
+def _data_uri(png: bytes) -> str:
+    return f"data:image/png;base64,{base64.b64encode(png).decode()}"
+
+
 def _img(png: bytes, alt: str, attributes: str = "") -> str:
     """An <img> carrying the PNG itself (a data URI: the page needs no file beside it) and its alt text."""
     return (f'<img {attributes + " " if attributes else ""}alt="{html.escape(alt)}" '
-            f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+            f'src="{_data_uri(png)}">')
