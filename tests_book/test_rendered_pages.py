@@ -49,6 +49,13 @@ CLAIM_ROWS_ON_A_PHONE = (
     " return Math.abs(r[0].top - r[1].top) > 4 || r[2].top < r[1].bottom - 2"
     " || (short && r[5].bottom - r[2].top > 2.2 * line); })"
     ".slice(0, 3).map(tr => tr.children[0].textContent.trim()); d.open = false; return bad; }")
+# Claim texts (the opened table's second column, typeset math removed) that still show TeX or caret notation.
+RAW_MATH_IN_CLAIMS = (
+    "() => { const d = document.querySelector('details.posbook-claims'); d.open = true;"
+    " const raw = [...d.querySelectorAll('tbody tr td:nth-child(2)')].map(td => { const c = td.cloneNode(true);"
+    " c.querySelectorAll('mjx-container').forEach(m => m.remove()); return c.textContent; })"
+    ".filter(t => /\\$|\\^[({]|_\\{|\\\\[a-zA-Z]/.test(t)).slice(0, 3).map(t => t.trim().slice(0, 80));"
+    " d.open = false; return raw; }")
 # Where the page's first figure starts, in screens from the top (None: the page has no figure).
 FIRST_FIGURE_SCREENS = ("() => { const f = [...document.querySelectorAll('article figure')]"
                         ".find(e => e.getBoundingClientRect().height > 100);"
@@ -167,6 +174,10 @@ def test_page(page_path, book_url, browser):
             " const r = t.getBoundingClientRect().right - d.getBoundingClientRect().right;"
             " d.open = false; return r; }).filter(r => r > 1)")
         assert overflow == [], f"{page_path}: the claims table runs {overflow} px past the column at {width} px"
+        if width == 1400 and page.locator("details.posbook-claims").count():
+            # Claim texts typeset their math: no TeX or caret notation left as text once MathJax has run.
+            raw = page.evaluate(RAW_MATH_IN_CLAIMS)
+            assert raw == [], f"{page_path}: claim texts with math not typeset: {raw}"
         if width == 390 and page.locator("details.posbook-claims").count():
             # On a phone a claim is its number and text, then one line of computed · expected · source ✓.
             loose = page.evaluate(CLAIM_ROWS_ON_A_PHONE)
