@@ -195,3 +195,21 @@ def test_checked_png_refuses_a_bad_dpi_by_name(dpi):
     with pytest.raises(ValueError, match="dpi must be a positive number"):
         viz.checked_png(fig, dpi)
     plt.close(fig)
+
+
+def test_small_multiples_with_one_legend_each_share_one_under_the_panels(monkeypatch):
+    monkeypatch.setattr(plt, "show", lambda: None)
+    monkeypatch.setattr("IPython.display.display", lambda obj: None)
+    monkeypatch.delenv(viz.STATIC_ENV, raising=False)
+
+    def draw(ax, a):
+        ax.plot([0, 1], [0, a], label="rising")
+        ax.plot([0, 1], [a, 0], label="falling")
+        ax.legend(loc="center")
+
+    fig = viz.interactive_figure(draw, {"a": viz.Slider.steps("a", 1, 3, 1, 1)}, [{"a": 1}, {"a": 2}, {"a": 3}],
+                                 alt="Crossing lines.")
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["rising", "falling"]
+    assert viz.legends_over_data(fig) == 0
+    plt.close("all")

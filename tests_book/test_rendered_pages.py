@@ -156,6 +156,10 @@ def test_page(page_path, book_url, browser):
 
     for width, height in ((1400, 900), (390, 844)):  # a desktop and a phone: the figures must keep their shape
         page.set_viewport_size({"width": width, "height": height})
+        # A <picture> loads the variant for this width: wait until every image has it, decoded and laid out.
+        page.wait_for_load_state("networkidle")
+        page.wait_for_function("() => [...document.images].every(i => i.complete)", timeout=30000)
+        page.evaluate("() => Promise.all([...document.images].map(i => i.decode().catch(() => null)))")
         if page_path.startswith("notebooks/ch"):
             # A chapter leads with its key figure: on the first screen of a desktop, within two of a phone.
             first = page.evaluate(FIRST_FIGURE_SCREENS)

@@ -30,13 +30,13 @@ MAX_FRAMES = 36
 as fit (six each for two sliders, three each for three)."""
 
 PHONE_WIDTH = 4.0
-"""The width in inches of a figure's phone variant. A phone's text column (about 360 CSS px) shows it at about 1.25 px
-per point, so the book's 8.3-point tick labels read at about 10 px; the desktop figure (6.5-10 inches) would show them
-at 4-6 px."""
+"""The width in inches of a figure's phone variant. A phone's text column (about 340 CSS px) shows it at about 1.15 px
+per point, so the book's 10-point tick labels read at about 11 px; the desktop figure (6.5-10 inches) would show them
+at 4-7 px."""
 
-MIN_PHONE_TEXT_PT = 8.0
-"""The smallest text, in points, of a phone variant: smaller text (annotations set small for the desktop figure) is
-raised to it."""
+MIN_PHONE_TEXT_PT = 8.5
+"""The smallest text size of a phone variant in points. Smaller text (an annotation set small for the desktop figure,
+say) is raised to it."""
 
 PHONE_MEDIA = "(max-width: 640px)"
 """The screens that get a figure's phone variant (a CSS media query)."""
@@ -47,7 +47,7 @@ phone variant, named by the SHA-256 of the desktop PNG that the page shows; the 
 narrow screens (``<picture>``) and links the desktop PNG for a tap to open at full resolution."""
 
 TEXT_PX_KEY = "posbook-min-text-px"
-"""The PNG text chunk holding the height, in image pixels, of the figure's smallest tick label or legend text: a page
+"""The PNG text chunk that holds the height in image pixels of the figure's smallest tick label or legend text. A page
 check multiplies it by the shown width over the image's width to get the size a reader sees."""
 
 LEGENDS_OVER_DATA_KEY = "posbook-legends-over-data"
@@ -386,20 +386,25 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
         ax.set_visible(False)
     if title:
         fig.suptitle(title)
+    _one_legend_under(fig)
     static_page = os.environ.get(STATIC_ENV) == "1"
     if not static_page:
         plt.show()
-    # One panel a little wider than a phone variant: at 100 dpi it shows at its size on a desktop, and a phone's
-    # column shrinks it by about a fifth, its ticks staying legible.
+    # One panel, drawn a little wider than a phone variant and then laid out as one (phone_figure): at 100 dpi it
+    # shows at its size on a desktop, and a phone's column shrinks it by about a seventh, its ticks staying legible.
     frame_width = PHONE_WIDTH + 0.5
     frame_size = (frame_width, frame_width * panel_size[1] / panel_size[0])
 
     def render(params: Mapping[str, Any], dpi: int) -> bytes:
         fig, ax = plt.subplots(figsize=frame_size, constrained_layout=True)
         draw(ax, **params)
-        png = checked_png(fig, dpi)
-        plt.close(fig)
-        return png
+        # laid out as a phone variant: its legend under the axes, no text too small once a phone shrinks it
+        frame = phone_figure(fig)
+        try:
+            return checked_png(frame, dpi)
+        finally:
+            plt.close(frame)
+            plt.close(fig)
 
     from IPython.display import HTML, display
     if static_page:
@@ -433,6 +438,19 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
         control.observe(redraw, names="value")
     display(ipywidgets.VBox([*controls.values(), image]))
     return fig
+
+
+def _one_legend_under(fig: Any) -> None:
+    """Small multiples whose panels all carry the same legend get it once, under the panels: in a narrow panel a
+    legend covers the data."""
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    labels = [[t.get_text() for t in legend.get_texts()] for legend in legends]
+    if len(legends) < 2 or any(other != labels[0] for other in labels[1:]):
+        return
+    handles = legends[0].legend_handles
+    for legend in legends:
+        legend.remove()
+    fig.legend(handles, labels[0], loc="outside lower center", ncols=min(len(labels[0]), 4))
 
 
 def explorer_html(sliders: Mapping[str, Slider], render: Callable[[Mapping[str, Any]], bytes], *,
