@@ -104,24 +104,31 @@ def book_png(fig: Any) -> tuple[bytes, dict[str, int]]:
     return png, {"width": width // 2, "height": height // 2}
 
 
-def checked_png(fig: Any, dpi: float) -> bytes:
-    """``fig`` as a PNG (tight bounding box) whose text chunks say the height in image pixels of its smallest tick
-    label or legend text (:data:`TEXT_PX_KEY`, absent where it has neither) and how many legends cover data
-    (:data:`LEGENDS_OVER_DATA_KEY`)."""
+def checked_png(fig: Any, dpi: float, *, tight: bool = True) -> bytes:
+    """``fig`` as a PNG (cut to what it draws, or at its own size with ``tight=False``) whose text chunks say the
+    height in image pixels of its smallest tick label or legend text (:data:`TEXT_PX_KEY`, absent where it has
+    neither) and how many legends cover data (:data:`LEGENDS_OVER_DATA_KEY`)."""
     _check_figure(fig)
     if isinstance(dpi, bool) or not isinstance(dpi, (int, float)) or not math.isfinite(dpi) or dpi <= 0:
         raise ValueError(f"dpi must be a positive number of dots per inch, got {dpi!r}")
-    metadata = {LEGENDS_OVER_DATA_KEY: str(legends_over_data(fig))}
-    smallest = min_text_pt(fig)
+    if not isinstance(tight, bool):
+        raise TypeError(f"tight must be True or False, got {tight!r}")
+    fig.draw_without_rendering()  # once, for both checks
+    metadata = {LEGENDS_OVER_DATA_KEY: str(_legends_over_data_drawn(fig))}
+    smallest = _min_text_pt_drawn(fig)
     if smallest is not None:
         metadata[TEXT_PX_KEY] = f"{smallest * dpi / 72:.2f}"
-    return _png(fig, dpi, bbox_inches="tight", metadata=metadata)
+    return _png(fig, dpi, bbox_inches="tight" if tight else None, metadata=metadata)
 
 
 def min_text_pt(fig: Any) -> float | None:
     """The size in points of ``fig``'s smallest tick label or legend text, or None where it shows neither."""
     _check_figure(fig)
     fig.draw_without_rendering()  # tick labels exist once the locators have run
+    return _min_text_pt_drawn(fig)
+
+
+def _min_text_pt_drawn(fig: Any) -> float | None:
     sizes = []
     for ax in fig.axes:
         if not ax.get_visible() or not ax.axison:
@@ -140,9 +147,13 @@ def legends_over_data(fig: Any) -> int:
     """How many of ``fig``'s legends cover a plotted point, a point of a plotted line or a bar (each line is sampled
     between its points, so a legend a segment crosses counts)."""
     _check_figure(fig)
+    fig.draw_without_rendering()  # legends at their place ("best" is chosen when drawn)
+    return _legends_over_data_drawn(fig)
+
+
+def _legends_over_data_drawn(fig: Any) -> int:
     import numpy as np
 
-    fig.draw_without_rendering()  # legends at their place ("best" is chosen when drawn)
     renderer = fig._get_renderer()
     covering = 0
     for legend in _legends(fig):
@@ -207,14 +218,11 @@ def _data_points(ax: Any, np: Any) -> Any:
 
 def phone_figure(fig: Any) -> Any:
     """A copy of ``fig`` laid out for a phone: :data:`PHONE_WIDTH` inches wide, its panels stacked one per row (each
-    keeping its desktop aspect, within 1.8 to 3.6 inches tall), each panel's legend in a row of its own under it
+    keeping its desktop aspect, within 2.2 to 3.6 inches tall), each panel's legend in a row of its own under it
     (so it covers no data), a figure legend at the bottom, no text under :data:`MIN_PHONE_TEXT_PT`, titles and axis
     labels under the axes wrapped. The copy is a pyplot figure: close it when drawn."""
     _check_figure(fig)
     import pickle
-
-    from matplotlib.layout_engine import ConstrainedLayoutEngine
-    from matplotlib.text import Text
 
     fig.draw_without_rendering()  # positions and tick labels as the desktop figure shows them
     try:
@@ -223,6 +231,16 @@ def phone_figure(fig: Any) -> Any:
         raise ValueError(f"fig cannot be copied for its phone variant ({error}): give its formatters and callbacks "
                          "named functions or matplotlib.ticker classes, not lambdas") from error
     phone.draw_without_rendering()
+    _lay_out_for_phone(phone)
+    return phone
+
+
+def _lay_out_for_phone(phone: Any) -> None:
+    """:func:`phone_figure`'s layout, made in place (on a figure drawn once, its panels keep the aspect they were
+    drawn with; undrawn, the aspect of their grid cells)."""
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+    from matplotlib.text import Text
+
     width_in, height_in = phone.get_size_inches()
     slots: dict[Any, list[Any]] = {}  # one slot per grid cell: an axes and its twins
     for ax in phone.axes:
@@ -287,7 +305,6 @@ def phone_figure(fig: Any) -> Any:
                      fontsize=max(legend.get_texts()[0].get_fontsize(), MIN_PHONE_TEXT_PT))
         body += 0.15 + 0.2 * math.ceil(len(labels) / ncols)
     phone.set_size_inches(PHONE_WIDTH, body + (0.4 if phone._suptitle is not None else 0.0))
-    return phone
 
 
 def _png_size(png: bytes) -> tuple[int, int]:
@@ -390,7 +407,7 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
     static_page = os.environ.get(STATIC_ENV) == "1"
     if not static_page:
         plt.show()
-    # One panel, drawn a little wider than a phone variant and then laid out as one (phone_figure): at 100 dpi it
+    # One panel, drawn a little wider than a phone variant and then laid out as one (_lay_out_for_phone): at 100 dpi it
     # shows at its size on a desktop, and a phone's column shrinks it by about a seventh, its ticks staying legible.
     frame_width = PHONE_WIDTH + 0.5
     frame_size = (frame_width, frame_width * panel_size[1] / panel_size[0])
@@ -398,12 +415,12 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
     def render(params: Mapping[str, Any], dpi: int) -> bytes:
         fig, ax = plt.subplots(figsize=frame_size, constrained_layout=True)
         draw(ax, **params)
-        # laid out as a phone variant: its legend under the axes, no text too small once a phone shrinks it
-        frame = phone_figure(fig)
+        # Laid out as a phone variant (its legend under the axes, no text too small once a phone shrinks it) and
+        # kept at that size, so that every frame has the same size and the figure does not jump as a slider moves.
+        _lay_out_for_phone(fig)
         try:
-            return checked_png(frame, dpi)
+            return checked_png(fig, dpi, tight=False)
         finally:
-            plt.close(frame)
             plt.close(fig)
 
     from IPython.display import HTML, display
