@@ -92,16 +92,21 @@ def book_png(fig: Any) -> tuple[bytes, dict[str, int]]:
     png = checked_png(fig, 2 * fig.dpi)
     folder = os.environ.get(PHONE_FIGURES_ENV)
     if folder:
-        phone = phone_figure(fig)
-        try:
-            phone_png = checked_png(phone, 2 * phone.dpi)
-        finally:
-            plt.close(phone)
+        phone_png = _phone_png(fig)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, hashlib.sha256(png).hexdigest() + ".png"), "wb") as out:
             out.write(phone_png)
     width, height = _png_size(png)
     return png, {"width": width // 2, "height": height // 2}
+
+
+def _phone_png(fig: Any) -> bytes:
+    """The checked PNG of ``fig``'s phone variant, at twice its resolution (as the desktop PNG)."""
+    phone = phone_figure(fig)
+    try:
+        return checked_png(phone, 2 * phone.dpi)
+    finally:
+        plt.close(phone)
 
 
 def checked_png(fig: Any, dpi: float, *, tight: bool = True) -> bytes:
@@ -407,10 +412,9 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
     static_page = os.environ.get(STATIC_ENV) == "1"
     if not static_page:
         plt.show()
-    # One panel, drawn a little wider than a phone variant and then laid out as one (_lay_out_for_phone): at 100 dpi it
-    # shows at its size on a desktop, and a phone's column shrinks it by about a seventh, its ticks staying legible.
-    frame_width = PHONE_WIDTH + 0.5
-    frame_size = (frame_width, frame_width * panel_size[1] / panel_size[0])
+    # One panel laid out as a phone variant (_lay_out_for_phone): at 100 dpi it shows at its size on a desktop, and a
+    # phone's column shrinks it by about a seventh, its ticks staying legible.
+    frame_size = (PHONE_WIDTH, PHONE_WIDTH * panel_size[1] / panel_size[0])
 
     def render(params: Mapping[str, Any], dpi: int) -> bytes:
         fig, ax = plt.subplots(figsize=frame_size, constrained_layout=True)
@@ -426,12 +430,7 @@ def interactive_figure(draw: Callable[..., Any], sliders: Mapping[str, Slider], 
     from IPython.display import HTML, display
     if static_page:
         # twice the figure's resolution, shown at its size: sharp on high-density screens
-        png = checked_png(fig, 2 * fig.dpi)
-        phone = phone_figure(fig)
-        try:
-            phone_png = checked_png(phone, 2 * phone.dpi)
-        finally:
-            plt.close(phone)
+        png, phone_png = checked_png(fig, 2 * fig.dpi), _phone_png(fig)
         plt.close(fig)
         small_multiples = _picture(png, phone_png, alt, 'class="posbook-small-multiples"')
         explorer = explorer_html(sliders, lambda params: _palette_png(render(params, 100)), title=title)
