@@ -201,3 +201,77 @@ def test_join_names_reads_unambiguously():
         join_names(["RoPE", 3])
     with pytest.raises(ValueError, match=r"names\[0\]"):
         join_names([" "])
+
+
+def test_a_readers_failed_claim_names_the_environment_and_the_way_on(monkeypatch):
+    monkeypatch.delenv("POSBOOK_BOOK_BUILD", raising=False)
+    monkeypatch.delenv("POSBOOK_CLAIMS", raising=False)
+    with pytest.raises(ClaimError) as caught:
+        Claims("ch").at_most("x.y", "three is small", 3, 2)
+    message = str(caught.value)
+    assert f"torch {torch.__version__}" in message
+    assert torch.backends.cpu.get_cpu_capability() in message
+    assert f"{torch.get_num_threads()} thread" in message
+    assert "computed by its build" in message and "POSBOOK_CLAIMS=warn" in message
+    # in the book's build the message is the claim alone: the build's numbers are the published ones
+    monkeypatch.setenv("POSBOOK_BOOK_BUILD", "1")
+    with pytest.raises(ClaimError) as caught:
+        Claims("ch").at_most("x.y", "three is small", 3, 2)
+    assert "POSBOOK_CLAIMS=warn" not in str(caught.value)
+
+
+def test_warn_mode_records_a_failed_claim_and_goes_on(monkeypatch):
+    from posbook import ClaimWarning
+    monkeypatch.setenv("POSBOOK_CLAIMS", "warn")
+    c = Claims("ch")
+    with pytest.warns(ClaimWarning, match=r"claim 'x.y' does not hold: .* computed value 3, expected ≤ 2"):
+        assert c.at_most("x.y", "three is small", 3, 2) == 3
+    c.holds("z", "a fact", True)
+    table = c.table()
+    assert table.badge.failed == 1 and table.badge.checked == 2
+    assert table.badge.text.startswith("✗ 2 claims recomputed here, 1 do not hold")
+    md = table._repr_markdown_()
+    assert "2 claims checked, 1 do not hold here (marked ✗)." in md
+    assert md.count("| ✗ |") == 1 and md.count("| ✓ |") == 1
+    assert "1 do not hold" in repr(table)
+
+
+@pytest.mark.parametrize("mode", ["Warn", "ignore", "0"])
+def test_a_bad_claims_mode_is_refused_by_name(monkeypatch, mode):
+    monkeypatch.setenv("POSBOOK_CLAIMS", mode)
+    if mode == "Warn":  # the mode is read case-insensitively
+        with pytest.warns(UserWarning):
+            Claims("ch").at_most("k", "no", 3, 2)
+        return
+    with pytest.raises(ValueError, match=r"POSBOOK_CLAIMS must be one of raise, warn .*" + mode):
+        Claims("ch").at_most("k", "yes", 1, 2)
+
+
+def test_the_log_holds_every_claim_with_its_environment(monkeypatch, tmp_path):
+    import json
+    log = tmp_path / "claims.jsonl"
+    monkeypatch.setenv("POSBOOK_CLAIMS_LOG", str(log))
+    monkeypatch.setenv("POSBOOK_CLAIMS", "warn")
+    c = Claims("ch")
+    c.close("a", "two", torch.tensor(2.0), 2.0)
+    c.at_least("n", "a count", 7, 3)
+    with pytest.warns(UserWarning):
+        c.holds("b", "false", False, shown="no")
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["key"], r["value"], r["held"]) for r in records] == [("a", 2.0, True), ("n", 7, True), ("b", "no", False)]
+    assert isinstance(records[1]["value"], int)
+    assert records[0]["chapter"] == "ch" and records[0]["expected"] == "2 (exact)"
+    assert records[0]["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert records[0]["environment"]["threads"] == torch.get_num_threads()
+
+
+def test_the_chapter_seed_is_zero_unless_a_reader_asks(monkeypatch):
+    from posbook import chapter_seed
+    monkeypatch.delenv("POSBOOK_SEED", raising=False)
+    assert chapter_seed() == 0
+    monkeypatch.setenv("POSBOOK_SEED", " 2 ")
+    assert chapter_seed() == 2
+    for bad in ("-1", "1.5", "one"):
+        monkeypatch.setenv("POSBOOK_SEED", bad)
+        with pytest.raises(ValueError, match=f"POSBOOK_SEED must be a non-negative integer, got '{bad}'"):
+            chapter_seed()

@@ -73,7 +73,7 @@ def main() -> int:
 
     start = ROOT / "_build" / "reports" / "started"
     if start.exists():
-        print(f"whole test command so far: {time.time() - float(start.read_text()):.0f} s (budget 3600 s)")
+        print(f"whole test command so far: {time.time() - float(start.read_text()):.0f} s (budget 2700 s: 45 minutes)")
     print(f"\nposbook: {passed} passed, {failures} failed, {skipped} skipped")
     return 1 if (failed or failures) else 0
 

@@ -12,6 +12,12 @@ chapter whose code does not name transformers is executed with transformers made
 chapter whose code does name it (it compares posbook with Hugging Face's code) is executed with transformers for
 the book, and a second time without it, where its oracle claims are skipped with a note. The book's executions
 must check every claim: a chapter that skipped one there fails the run.
+
+A reader's machine is not the build's. Every chapter that trains a model or times something
+(tools/portability.py) is executed once more in another floating-point environment: torch, MKL and oneDNN held to
+AVX2 and one thread more than the machine has cores (for the chapters that do not fix their threads). Every claim
+must hold there too. Both executions log their claims (_build/reports/claims-*.jsonl), and
+_build/reports/portability.md lists the claims whose values differ between them.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from pathlib import Path
 
 import yaml
 
+import portability
+
 ROOT = Path(__file__).resolve().parents[1]
 # Not under _build/: nbmake refuses to collect notebooks below a folder of that name.
 EXECUTED = ROOT / ".executed"
@@ -35,6 +43,8 @@ CACHE = ROOT / "_build" / ".jupyter_cache"
 BLOCKER = ROOT / "tools" / "without_transformers"
 WITHOUT = EXECUTED / "without-transformers"
 SKIPPED = "not checked here"  # what posbook.Claims.skip prints, and the claims table says of a skipped claim
+# The environment the chapters that train or time are executed in a second time (tools/portability.py).
+SECOND_ENVIRONMENT = "avx2"
 
 
 def toc_files() -> list[str]:
@@ -115,7 +125,11 @@ def main() -> int:
            # The book is static HTML: interactive figures show their small multiples only (posbook.viz.STATIC_ENV).
            "POSBOOK_STATIC_FIGURES": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(BLOCKER), os.environ.get("PYTHONPATH")])),
-           "POSBOOK_WITHOUT_TRANSFORMERS": str(WITHOUT)}
+           "POSBOOK_WITHOUT_TRANSFORMERS": str(WITHOUT),
+           # posbook.claims: a failed claim stops the build, and every claim is logged for the comparison below
+           "POSBOOK_BOOK_BUILD": "1",
+           "POSBOOK_CLAIMS_LOG": str(REPORTS / "claims-book.jsonl")}
+    (REPORTS / "claims-book.jsonl").unlink(missing_ok=True)
     code = subprocess.call(cmd, cwd=EXECUTED, env=env)
     if code != 0:
         return code
@@ -146,6 +160,32 @@ def main() -> int:
         cache.cache_notebook_bundle(CacheBundleIn(executed, str(nb), data={"execution_seconds": None}),
                                     check_validity=False, overwrite=True)
     print(f"run_notebooks: cached {len(copies)} executed notebooks in {CACHE.relative_to(ROOT)}")
+    return elsewhere([nb for nb in notebooks if portability.trains_or_times(nb)])
+
+
+def elsewhere(notebooks: list[Path]) -> int:
+    """Execute ``notebooks`` again in :data:`SECOND_ENVIRONMENT`; fail if a claim does not hold there, and write
+    the claims whose values moved to _build/reports/portability.md."""
+    workers = min(2, os.cpu_count() or 1)  # one thread each in most of them: the two cores work in parallel
+    code, log = portability.run(SECOND_ENVIRONMENT, notebooks, workers=workers,
+                                junit=REPORTS / "portability.xml")
+    (REPORTS / f"claims-{SECOND_ENVIRONMENT}.jsonl").write_text(log.read_text())
+    book = REPORTS / "claims-book.jsonl"
+    rows = portability.compare({"book build": book, SECOND_ENVIRONMENT: log})
+    names = {portability.read_log(log)[k]["chapter"] for k in portability.read_log(log)}
+    rows = [r for r in rows if r["chapter"] in names]
+    table = portability.markdown(rows, ["book build", SECOND_ENVIRONMENT])
+    (REPORTS / "portability.md").write_text(table + "\n")
+    print(f"run_notebooks: {len(rows)} claims of the {len(notebooks)} chapters that train or time move between the "
+          f"book build and {SECOND_ENVIRONMENT} (_build/reports/portability.md)")
+    failed = portability.failed_claims(log)
+    for record in failed:
+        print(f"run_notebooks: in {SECOND_ENVIRONMENT}, claim {record['key']!r} of {record['chapter']!r} does not "
+              f"hold: computed {record['value']}, expected {record['expected']}", file=sys.stderr)
+    if code != 0 or failed:
+        print(f"run_notebooks: the chapters that train or time do not all hold in {SECOND_ENVIRONMENT}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

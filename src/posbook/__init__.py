@@ -70,7 +70,7 @@ from .precision import position_aliasing, token_aliasing_rate
 from .divergence import (DIVERGENCE_FORMS, HEAD_PAIRS, head_pair_divergence, js_divergence, kl_divergence,
                          pattern_distance)
 from .influence import attention_mass, gradient_influence
-from .claims import ClaimError, Claims, glue, join_names, sci
+from .claims import ClaimError, Claims, ClaimWarning, chapter_seed, glue, join_names, sci
 from .device import default_device
 
 __version__ = "0.1.0"
@@ -105,5 +105,5 @@ __all__ = [
     "DIVERGENCE_FORMS", "HEAD_PAIRS", "head_pair_divergence", "js_divergence", "kl_divergence", "pattern_distance",
     "attention_mass", "gradient_influence",
     # 7. the book
-    "ClaimError", "Claims", "glue", "join_names", "sci", "default_device",
+    "ClaimError", "Claims", "ClaimWarning", "chapter_seed", "glue", "join_names", "sci", "default_device",
 ]
