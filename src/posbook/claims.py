@@ -72,6 +72,9 @@ LOG_ENV = "POSBOOK_CLAIMS_LOG"
 BUILD_ENV = "POSBOOK_BOOK_BUILD"
 # POSBOOK_SEED: the seed a chapter's own small trainings start from (0, the book's, when unset).
 SEED_ENV = "POSBOOK_SEED"
+# The sweep a claim on a chapter's own training states its measured margin over (tools/portability.py: seeds 0-2,
+# each with torch's kernels at AVX-512, at AVX2 and at their baseline vectors), in the claim's text.
+SWEPT = "seeds 0–2 × AVX-512, AVX2 and baseline CPU kernels"
 
 
 def chapter_seed() -> int:
