@@ -29,11 +29,15 @@ def test_compare_lists_moved_failed_and_missing_claims_only(tmp_path):
     assert [r["key"] for r in rows] == ["moved", "count", "only_a"]
     moved, count, only_a = rows
     assert (moved["a"], moved["b"], moved["moved"]) == ("0.5", "0.75", "3.3e-01")
+    assert (moved["min"], moved["max"]) == ("0.5", "0.75")
     assert count["b"] == "3 ✗" and count["moved"] == "0"
     assert only_a["b"] == "–"
     table = portability.markdown(rows, ["a", "b"])
     assert table.splitlines()[0] == "| chapter | claim | expected | a | b | relative spread |"
     assert len(table.splitlines()) == 5
+    ranged = portability.markdown(rows, ["a", "b"], range_only=True)
+    assert ranged.splitlines()[0] == "| chapter | claim | expected | min | max | relative spread |"
+    assert "| c1 | `moved` | ≤ 1 | 0.5 | 0.75 | 3.3e-01 |" in ranged
     assert [r["key"] for r in portability.failed_claims(b)] == ["count"]
 
 

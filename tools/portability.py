@@ -136,9 +136,13 @@ def _show(record: dict | None) -> str:
     return text + ("" if record["held"] else " ✗")
 
 
+def _numbers(records: list[dict]) -> list[float]:
+    return [r["value"] for r in records if isinstance(r["value"], (int, float)) and not isinstance(r["value"], bool)]
+
+
 def _relative_spread(records: list[dict]) -> str:
     """max − min over the logs, relative to the largest magnitude: how far a number moved."""
-    values = [r["value"] for r in records if isinstance(r["value"], (int, float)) and not isinstance(r["value"], bool)]
+    values = _numbers(records)
     if len(values) < 2:
         return ""
     scale = max(abs(v) for v in values)
@@ -161,15 +165,20 @@ def compare(logs: dict[str, Path]) -> list[dict]:
         if moved or failed or len(present) < len(records):
             rows.append({"chapter": key[0], "key": key[1], "expected": present[0]["expected"],
                          **{name: _show(r) for name, r in zip(tables, records)},
+                         "min": f"{min(_numbers(present)):.4g}" if _numbers(present) else "",
+                         "max": f"{max(_numbers(present)):.4g}" if _numbers(present) else "",
                          "moved": _relative_spread(present)})
     return rows
 
 
-def markdown(rows: list[dict], names: list[str]) -> str:
-    head = ["chapter", "claim", "expected", *names, "relative spread"]
+def markdown(rows: list[dict], names: list[str], *, range_only: bool = False) -> str:
+    """``rows`` of :func:`compare` as a markdown table: each log's value, or (``range_only``) the least and the
+    largest over them."""
+    columns = ["min", "max"] if range_only else names
+    head = ["chapter", "claim", "expected", *columns, "relative spread"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
-        cells = [row["chapter"], f"`{row['key']}`", row["expected"], *(row[n] for n in names), row["moved"]]
+        cells = [row["chapter"], f"`{row['key']}`", row["expected"], *(row[n] for n in columns), row["moved"]]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 
@@ -184,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     run_p.add_argument("notebooks", nargs="+", type=Path)
     cmp_p = sub.add_parser("compare", help="claims that move between logs, as a markdown table")
     cmp_p.add_argument("logs", nargs="+", type=Path, help="claims.jsonl files; each is named by its folder")
+    cmp_p.add_argument("--range", action="store_true", help="the least and largest value, not one column per log")
     args = parser.parse_args(argv)
     if args.command == "run":
         for nb in args.notebooks:
@@ -198,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if (code or failed) else 0
     logs = {path.parent.name: path for path in args.logs}
     rows = compare(logs)
-    print(markdown(rows, list(logs)))
+    print(markdown(rows, list(logs), range_only=args.range))
     print(f"\n{len(rows)} claims move or fail between {', '.join(logs)}")
     return 0
 
