@@ -85,8 +85,11 @@ def run(name: str, notebooks: list[Path], *, workers: int = 1, junit: Path | Non
     log = folder / "claims.jsonl"
     env = {**os.environ, **environment_variables(name), "POSBOOK_CLAIMS_LOG": str(log), "POSBOOK_CLAIMS": "warn",
            "POSBOOK_STATIC_FIGURES": "1"}
+    env.pop("POSBOOK_SEED", None)
     if seed is not None:
         env["POSBOOK_SEED"] = str(seed)
+    # the book serves the figures of its own build only (posbook.viz.PHONE_FIGURES_ENV)
+    env.pop("POSBOOK_PHONE_FIGURES", None)
     print(f"portability: {name}: torch reports {check_capability(name, env)}; {len(notebooks)} notebooks",
           flush=True)
     copies = []
