@@ -399,6 +399,7 @@ SPECIMENS: dict[str, Specimen] = {
     "posbook.sci": S(lambda: dict(x=3.8e7, digits=1)),
     "posbook.join_names": S(lambda: dict(names=["RoPE", "iRoPE, no QK-Norm in NoPE"], empty="none")),
     "posbook.default_device": S(dict),
+    "posbook.chapter_seed": S(dict),
     # experiments: compare
     "posbook.experiments.compare.relative_change": S(lambda: dict(value=1.1, baseline=1.0)),
     "posbook.experiments.compare.split_label": S(lambda: dict(label="RoPE/1")),

@@ -27,6 +27,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=NO_CUDA))
 
 
+@pytest.fixture(autouse=True)
+def _claims_as_in_the_build(monkeypatch):
+    """Claims raise, log nothing and train seed 0 in every test, whatever the shell running the suite says
+    (posbook.claims reads POSBOOK_CLAIMS, POSBOOK_CLAIMS_LOG, POSBOOK_SEED and POSBOOK_BOOK_BUILD)."""
+    for name in ("POSBOOK_CLAIMS", "POSBOOK_CLAIMS_LOG", "POSBOOK_SEED", "POSBOOK_BOOK_BUILD"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def device() -> torch.device:
     """The device under test: posbook.default_device() (POSBOOK_DEVICE, else cuda, mps or cpu)."""

@@ -229,11 +229,29 @@ def test_warn_mode_records_a_failed_claim_and_goes_on(monkeypatch):
     c.holds("z", "a fact", True)
     table = c.table()
     assert table.badge.failed == 1 and table.badge.checked == 2
-    assert table.badge.text.startswith("✗ 2 claims recomputed here, 1 do not hold")
+    assert table.badge.text.startswith("✗ 2 claims recomputed here, 1 does not hold")
     md = table._repr_markdown_()
-    assert "2 claims checked, 1 do not hold here (marked ✗)." in md
+    assert "2 claims checked, 1 does not hold here (marked ✗)." in md
     assert md.count("| ✗ |") == 1 and md.count("| ✓ |") == 1
-    assert "1 do not hold" in repr(table)
+    assert "1 failed" in repr(table)
+
+
+def test_warn_mode_also_goes_on_past_a_value_that_is_not_finite(monkeypatch, tmp_path):
+    import json
+    from posbook import ClaimWarning
+    log = tmp_path / "claims.jsonl"
+    monkeypatch.setenv("POSBOOK_CLAIMS", "warn")
+    monkeypatch.setenv("POSBOOK_CLAIMS_LOG", str(log))
+    monkeypatch.delenv("POSBOOK_BOOK_BUILD", raising=False)
+    c = Claims("ch")
+    # -inf <= 2 would hold as a comparison; a value that is not finite holds no claim
+    with pytest.warns(ClaimWarning, match=r"the computed value is -inf, expected ≤ 2\. This run: torch") as seen:
+        c.at_most("x", "small", float("-inf"), 2)
+    assert "POSBOOK_CLAIMS=warn" not in str(seen[0].message)   # already set: no advice to set it
+    with pytest.warns(ClaimWarning, match="the computed value is nan"):
+        c.close("y", "one", torch.tensor(float("nan")), 1.0, atol=1)
+    assert c.table().badge.failed == 2
+    assert [json.loads(line)["held"] for line in log.read_text().splitlines()] == [False, False]
 
 
 @pytest.mark.parametrize("mode", ["Warn", "ignore", "0"])
@@ -271,7 +289,7 @@ def test_the_chapter_seed_is_zero_unless_a_reader_asks(monkeypatch):
     assert chapter_seed() == 0
     monkeypatch.setenv("POSBOOK_SEED", " 2 ")
     assert chapter_seed() == 2
-    for bad in ("-1", "1.5", "one"):
+    for bad in ("-1", "1.5", "one", "²"):
         monkeypatch.setenv("POSBOOK_SEED", bad)
         with pytest.raises(ValueError, match=f"POSBOOK_SEED must be a non-negative integer, got '{bad}'"):
             chapter_seed()

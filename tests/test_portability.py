@@ -61,11 +61,38 @@ def test_the_chapters_that_train_or_time_are_found_by_their_code(tmp_path):
 def test_an_unknown_environment_is_refused_by_name():
     with pytest.raises(ValueError, match="environment must be one of native, avx2, default, got 'avx3'"):
         portability.environment_variables("avx3")
-    variables = portability.environment_variables("avx2")
-    assert variables["ATEN_CPU_CAPABILITY"] == "avx2" and int(variables["OMP_NUM_THREADS"]) >= 2
-    assert "OMP_NUM_THREADS" not in portability.environment_variables("native", extra_thread=False)
+    assert portability.environment_variables("avx2")["ATEN_CPU_CAPABILITY"] == "avx2"
+    with pytest.raises(ValueError, match="seed must be a non-negative integer or None, got -1"):
+        portability.run("avx2", [], seed=-1)
 
 
-def test_the_second_environment_takes():
-    env = {**__import__("os").environ, **portability.environment_variables("avx2")}
-    assert portability.check_capability("avx2", env) == "AVX2"
+def test_native_clears_what_the_shell_set_and_others_replace_it():
+    shell = {"PATH": "/bin", "ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+    assert portability.in_environment("native", shell) == {"PATH": "/bin"}
+    assert portability.in_environment("avx2", shell)["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"
+    assert portability.extra_threads() == (__import__("os").cpu_count() or 1) + 1
+
+
+@pytest.mark.parametrize("native, second", [("AVX512", "avx2"), ("AVX512_BF16", "avx2"), ("AVX2", "default"),
+                                             ("DEFAULT", None), ("SVE256", None)])
+def test_the_second_environment_is_below_the_cpus_own(native, second):
+    assert portability.second_environment(native) == second
+
+
+def test_the_second_environment_takes_here():
+    second = portability.second_environment()
+    native = portability.probe(portability.in_environment("native"))
+    assert second == portability.second_environment(native)
+    if second is not None:   # on a CPU with AVX2 or more: torch must report the kernels asked for
+        assert portability.check_capability(second, portability.in_environment(second)) == portability.CAPABILITY[second]
+    with pytest.raises(RuntimeError, match="asks torch for AVX2, but torch reports"):
+        portability.check_capability("avx2", portability.in_environment("default"))
+
+
+def test_logs_are_named_by_folder_else_by_file_and_never_collide(tmp_path):
+    a, b = tmp_path / "x" / "claims.jsonl", tmp_path / "y" / "claims.jsonl"
+    assert list(portability.log_names([a, b])) == ["x", "y"]
+    c, d = tmp_path / "r" / "claims-book.jsonl", tmp_path / "r" / "claims-avx2.jsonl"
+    assert list(portability.log_names([c, d])) == ["claims-book", "claims-avx2"]
+    with pytest.raises(ValueError, match="logs must differ in folder or file name"):
+        portability.log_names([a, a])

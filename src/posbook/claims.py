@@ -74,7 +74,7 @@ BUILD_ENV = "POSBOOK_BOOK_BUILD"
 SEED_ENV = "POSBOOK_SEED"
 # The sweep a claim on a chapter's own training states its measured margin over (tools/portability.py: seeds 0-2,
 # each with torch's kernels at AVX-512, at AVX2 and at their baseline vectors), in the claim's text.
-SWEPT = "seeds 0–2 × AVX-512, AVX2 and baseline CPU kernels"
+SWEPT = "POSBOOK_SEED 0–2 × AVX-512, AVX2 and baseline CPU kernels"
 
 
 def chapter_seed() -> int:
@@ -87,7 +87,7 @@ def chapter_seed() -> int:
     text = os.environ.get(SEED_ENV, "").strip()
     if not text:
         return 0
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise ValueError(f"{SEED_ENV} must be a non-negative integer, got {os.environ[SEED_ENV]!r}")
     return int(text)
 
@@ -311,22 +311,27 @@ class Claims:
             _checks.text("source", source)
 
     def _computed(self, key: str, value: Any) -> int | float:
-        """The value a claim is about: a NaN or infinite one satisfies no claim."""
-        v = _as_number("value", value, finite=False)
-        if not math.isfinite(v):
-            raise ClaimError(f"[{self.chapter}] claim {key!r} does not hold: the computed value is {v!r}")
-        return v
+        """The value a claim is about, a number (NaN and ±inf included: :meth:`_record` fails them)."""
+        return _as_number("value", value, finite=False)
 
     def _record(self, key: str, statement: str, value: Any, expected: str, ok: bool,
                 source: str | None) -> Any:
         mode = claims_mode()  # a bad POSBOOK_CLAIMS is refused at the first claim, held or not
+        # A NaN or infinite value satisfies no claim: a training that diverged is the failure a reader must see.
+        finite = not isinstance(value, Real) or isinstance(value, bool) or math.isfinite(value)
+        ok = ok and finite
         _log(self.chapter, key, value, expected, ok)
         if not ok:
-            message = (f"[{self.chapter}] claim {key!r} does not hold: {statement} — "
-                       f"computed value {_fmt(value)}, expected {expected}")
+            if finite:
+                message = (f"[{self.chapter}] claim {key!r} does not hold: {statement} — "
+                           f"computed value {_fmt(value)}, expected {expected}")
+            else:
+                message = (f"[{self.chapter}] claim {key!r} does not hold: {statement} — "
+                           f"the computed value is {value!r}, expected {expected}")
             if not os.environ.get(BUILD_ENV):
-                message += (f". This run: {describe_environment()}. The numbers the book shows were computed by its "
-                            f"build, elsewhere; set {MODE_ENV}=warn to turn failed claims into warnings and go on.")
+                message += f". This run: {describe_environment()}; the numbers the book shows were computed by its build."
+                if mode == "raise":
+                    message += f" Set {MODE_ENV}=warn to turn failed claims into warnings and go on."
             if mode == "raise":
                 raise ClaimError(message)
             warnings.warn(message, ClaimWarning, stacklevel=3)
@@ -394,7 +399,8 @@ class ClaimsBadge:
     def text(self) -> str:
         noun = "claim" if self.checked == 1 else "claims"
         if self.failed:
-            text = f"✗ {self.checked:,} {noun} recomputed here, {self.failed:,} do not hold ({MODE_ENV}=warn)"
+            verb = "does" if self.failed == 1 else "do"
+            text = f"✗ {self.checked:,} {noun} recomputed here, {self.failed:,} {verb} not hold ({MODE_ENV}=warn)"
         else:
             text = f"✓ {self.checked:,} {noun} recomputed when this page was built, all hold"
         return text + (f"; {self.unchecked} not checked here" if self.unchecked else "")
@@ -424,7 +430,8 @@ class ClaimsTable:
     def _headline(self) -> str:
         badge = self.badge
         if badge.failed:
-            text = f"{badge.checked} claims checked, {badge.failed} do not hold here (marked ✗)."
+            verb = "does" if badge.failed == 1 else "do"
+            text = f"{badge.checked} claims checked, {badge.failed} {verb} not hold here (marked ✗)."
         else:
             text = f"{badge.checked} claims checked, all hold."
         return text + (f" {badge.unchecked} not checked here (marked –)." if badge.unchecked else "")
@@ -461,7 +468,7 @@ class ClaimsTable:
     def __repr__(self) -> str:
         badge = self.badge
         rest = f", {badge.unchecked} not checked here" if badge.unchecked else ""
-        held = f"{badge.failed} do not hold" if badge.failed else "all hold"
+        held = f"{badge.failed} failed" if badge.failed else "all hold"
         return f"ClaimsTable({self.chapter!r}, {badge.checked} claims, {held}{rest})"
 
 
