@@ -25,6 +25,7 @@ claim as not checked rather than dropping it.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -100,21 +101,26 @@ def claims_mode() -> str:
     return mode
 
 
+@functools.cache
+def _cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo, else what :mod:`platform` knows); read once per process."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:  # not Linux
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment() -> dict[str, Any]:
     """Where this page runs, as far as its numbers can depend on it: torch's version, the CPU's name and the
     vector instructions torch's kernels use there (``torch.backends.cpu.get_cpu_capability()``), torch's thread
     count, and the GPU if one is visible."""
-    env: dict[str, Any] = {"torch": torch.__version__,
-                           "cpu": platform.processor() or platform.machine(),
+    env: dict[str, Any] = {"torch": torch.__version__, "cpu": _cpu_name(),
                            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                            "threads": torch.get_num_threads()}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        if names:
-            env["cpu"] = names[0]
-    except OSError:  # not Linux: platform's name stands
-        pass
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
     return env
@@ -322,12 +328,8 @@ class Claims:
         ok = ok and finite
         _log(self.chapter, key, value, expected, ok)
         if not ok:
-            if finite:
-                message = (f"[{self.chapter}] claim {key!r} does not hold: {statement} — "
-                           f"computed value {_fmt(value)}, expected {expected}")
-            else:
-                message = (f"[{self.chapter}] claim {key!r} does not hold: {statement} — "
-                           f"the computed value is {value!r}, expected {expected}")
+            computed = f"computed value {_fmt(value)}" if finite else f"the computed value is {value!r}"
+            message = f"[{self.chapter}] claim {key!r} does not hold: {statement} — {computed}, expected {expected}"
             if not os.environ.get(BUILD_ENV):
                 message += f". This run: {describe_environment()}; the numbers the book shows were computed by its build."
                 if mode == "raise":
@@ -399,8 +401,7 @@ class ClaimsBadge:
     def text(self) -> str:
         noun = "claim" if self.checked == 1 else "claims"
         if self.failed:
-            verb = "does" if self.failed == 1 else "do"
-            text = f"✗ {self.checked:,} {noun} recomputed here, {self.failed:,} {verb} not hold ({MODE_ENV}=warn)"
+            text = f"✗ {self.checked:,} {noun} recomputed here, {_not_holding(self.failed)} ({MODE_ENV}=warn)"
         else:
             text = f"✓ {self.checked:,} {noun} recomputed when this page was built, all hold"
         return text + (f"; {self.unchecked} not checked here" if self.unchecked else "")
@@ -430,8 +431,7 @@ class ClaimsTable:
     def _headline(self) -> str:
         badge = self.badge
         if badge.failed:
-            verb = "does" if badge.failed == 1 else "do"
-            text = f"{badge.checked} claims checked, {badge.failed} {verb} not hold here (marked ✗)."
+            text = f"{badge.checked} claims checked, {_not_holding(badge.failed)} here (marked ✗)."
         else:
             text = f"{badge.checked} claims checked, all hold."
         return text + (f" {badge.unchecked} not checked here (marked –)." if badge.unchecked else "")
@@ -470,6 +470,11 @@ class ClaimsTable:
         rest = f", {badge.unchecked} not checked here" if badge.unchecked else ""
         held = f"{badge.failed} failed" if badge.failed else "all hold"
         return f"ClaimsTable({self.chapter!r}, {badge.checked} claims, {held}{rest})"
+
+
+def _not_holding(n: int) -> str:
+    """ "1 does not hold", "3 do not hold"."""
+    return f"{n:,} {'does' if n == 1 else 'do'} not hold"
 
 
 def _mark(claim: Claim) -> str:
