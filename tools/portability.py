@@ -2,7 +2,7 @@
 
 A chapter's claims must hold wherever a reader runs it. This tool executes chapters (copies, under
 ``.portability/<environment>[-seed<k>]/``) with every claim logged (``POSBOOK_CLAIMS_LOG``) and failed claims turned
-into warnings (``POSBOOK_CLAIMS=warn``), so one run shows every claim that moves, not only the first that breaks:
+into warnings (``POSBOOK_CLAIMS=warn``), so one run shows every claim that fails, not only the first:
 
     .venv/bin/python tools/portability.py run --env avx2 notebooks/ch11_entropy_collapse.ipynb
     .venv/bin/python tools/portability.py run --env default --seed 1 notebooks/ch11_entropy_collapse.ipynb
